@@ -1,0 +1,412 @@
+// Package bridge wires Ferry together: the embedded MQTT broker (mochi), the
+// hook that hands every accepted PUBLISH to the ring, the producer that
+// drains the ring into Kafka, the reverse path that publishes Kafka records
+// to MQTT subscribers, and the HTTP endpoints for metrics and health.
+//
+// Lifecycle: New builds everything and checks the configuration; Run starts
+// the listeners and workers and blocks until its context ends or Close is
+// called; shutdown then stops accepting MQTT connections, drains the ring
+// into Kafka (PUBACKs still reach connected clients), commits the reverse
+// consumer's offsets and closes, bounded by shutdown_timeout.
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/ferry-bridge/ferry/ringbuffer"
+	"github.com/ferry-bridge/ferry/topicmap"
+)
+
+// Bridge is one Ferry instance.
+type Bridge struct {
+	cfg     Config
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	metrics *metrics
+
+	server   *mqtt.Server
+	hook     *hook
+	ring     *ringbuffer.Ring[*record]
+	tm       *topicmap.Map
+	kclient  *kafka.Client
+	topics   *topicManager
+	producer *producer
+	reverse  *reverse
+	embedded *embeddedKafka
+	http     *httpServer
+
+	brokers   []string
+	mqttAddrs map[string]string
+	kafkaOK   atomic.Bool
+
+	workers       sync.WaitGroup
+	hardCancel    context.CancelFunc
+	watchCancel   context.CancelFunc
+	reverseCtx    context.Context
+	reverseCancel context.CancelFunc
+
+	ready     chan struct{}
+	stop      chan struct{}
+	stopOnce  sync.Once
+	done      chan struct{}
+	running   atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New validates cfg and builds a bridge. Nothing listens until Run.
+// reg receives the bridge's metrics and is served on /metrics.
+func New(cfg Config, log *slog.Logger, reg *prometheus.Registry) (*Bridge, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	tm, err := topicmap.New(cfg.Topics)
+	if err != nil {
+		return nil, fmt.Errorf("topics: %w", err)
+	}
+	ring, err := ringbuffer.New[*record](cfg.Ring.Capacity)
+	if err != nil {
+		return nil, fmt.Errorf("ring: %w", err)
+	}
+	b := &Bridge{
+		cfg: cfg, log: log, reg: reg, tm: tm, ring: ring,
+		mqttAddrs: make(map[string]string),
+		ready:     make(chan struct{}),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	b.metrics, err = newMetrics(reg, func() float64 { return float64(ring.Len()) }, func() float64 { return float64(ring.Cap()) })
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	return b, nil
+}
+
+// Ready is closed once the listeners accept connections.
+func (b *Bridge) Ready() <-chan struct{} { return b.ready }
+
+// MQTTAddr is the bound address of the TCP MQTT listener (after Ready).
+func (b *Bridge) MQTTAddr() string { return b.mqttAddrs["tcp"] }
+
+// WSAddr is the bound address of the WebSocket listener, if any.
+func (b *Bridge) WSAddr() string { return b.mqttAddrs["ws"] }
+
+// TLSAddr is the bound address of the TLS listener, if any.
+func (b *Bridge) TLSAddr() string { return b.mqttAddrs["tls"] }
+
+// HTTPAddr is the bound address of the HTTP server, if any.
+func (b *Bridge) HTTPAddr() string {
+	if b.http == nil {
+		return ""
+	}
+	return b.http.addr
+}
+
+// KafkaBrokers is the bootstrap list in use (the embedded one's address
+// when no brokers were configured).
+func (b *Bridge) KafkaBrokers() []string { return b.brokers }
+
+// InstanceID names this instance in origin headers.
+func (b *Bridge) InstanceID() string { return b.cfg.Instance.ID }
+
+// Run starts the bridge and blocks until ctx ends or Close is called, then
+// shuts down gracefully. It returns the first start-up error, if any.
+func (b *Bridge) Run(ctx context.Context) error {
+	if !b.running.CompareAndSwap(false, true) {
+		return errors.New("bridge: Run called twice")
+	}
+	defer close(b.done)
+	if err := b.start(ctx); err != nil {
+		b.shutdown()
+		return err
+	}
+	close(b.ready)
+	select {
+	case <-ctx.Done():
+	case <-b.stop:
+	}
+	return b.shutdown()
+}
+
+// Close stops a running bridge and waits for its shutdown, or for ctx.
+// It is safe to call more than once and without Run.
+func (b *Bridge) Close(ctx context.Context) error {
+	b.stopOnce.Do(func() { close(b.stop) })
+	if !b.running.Load() {
+		return nil
+	}
+	select {
+	case <-b.done:
+		return b.closeErr
+	case <-ctx.Done():
+		return fmt.Errorf("bridge: close: %w", ctx.Err())
+	}
+}
+
+func (b *Bridge) start(ctx context.Context) error {
+	brokers := b.cfg.Kafka.Brokers
+	if len(brokers) == 0 {
+		ek, err := startEmbeddedKafka()
+		if err != nil {
+			return fmt.Errorf("embedded kafka: %w", err)
+		}
+		b.embedded = ek
+		brokers = ek.addrs
+		b.log.Warn("no kafka.brokers configured: started an EMBEDDED IN-MEMORY KAFKA — for trying Ferry out only, NOT FOR PRODUCTION (data is lost on exit)",
+			"brokers", brokers)
+	}
+	b.brokers = brokers
+	transport, err := newTransport(b.cfg.Kafka, b.cfg.Instance.ID)
+	if err != nil {
+		return err
+	}
+	b.kclient = &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: b.cfg.Kafka.AckTimeout, Transport: transport}
+	b.topics = newTopicManager(b.cfg.Kafka, b.log, b.kclient, b.metrics)
+	b.producer, err = newProducer(b.cfg.Kafka, b.log, b.kclient, b.topics, b.ring, b.metrics)
+	if err != nil {
+		return err
+	}
+
+	b.server = mqtt.New(b.mochiOptions())
+	b.hook = &hook{cfg: b.cfg, log: b.log, tm: b.tm, ring: b.ring, metrics: b.metrics, server: b.server,
+		logs: newRateLimiter(b.log, 10*time.Second), origin: []byte(b.cfg.Instance.ID)}
+	if err := addAuth(b.server, b.cfg.MQTT); err != nil {
+		return err
+	}
+	if err := b.server.AddHook(b.hook, nil); err != nil {
+		return fmt.Errorf("mqtt hook: %w", err)
+	}
+	if err := b.addListeners(); err != nil {
+		return err
+	}
+	if err := b.server.Serve(); err != nil {
+		return fmt.Errorf("mqtt serve: %w", err)
+	}
+	for id, l := range b.listenersByID() {
+		b.mqttAddrs[id] = l
+	}
+
+	hard, cancel := context.WithCancel(context.Background())
+	b.hardCancel = cancel
+	b.workers.Add(1)
+	go func() {
+		defer b.workers.Done()
+		b.producer.run(hard)
+	}()
+	watchCtx, watchCancel := context.WithCancel(context.Background())
+	b.watchCancel = watchCancel
+	go b.watchKafka(watchCtx)
+
+	if len(b.cfg.Reverse.Topics) > 0 {
+		b.reverse, err = newReverse(b.cfg, b.log, b.server, b.tm, b.metrics, brokers, transport)
+		if err != nil {
+			return fmt.Errorf("reverse path: %w", err)
+		}
+		b.reverseCtx, b.reverseCancel = context.WithCancel(context.Background())
+		b.workers.Add(1)
+		go func() {
+			defer b.workers.Done()
+			if err := b.reverse.run(b.reverseCtx); err != nil {
+				b.log.Error("reverse path stopped", "err", err)
+			}
+		}()
+	}
+
+	if b.cfg.HTTP.Listen != "" {
+		b.http, err = startHTTP(b.cfg.HTTP, b.log, b.reg, b.healthy, b.readyNow)
+		if err != nil {
+			return err
+		}
+	}
+	b.log.Info("ferry bridge started", "mqtt", b.mqttAddrs, "kafka", brokers, "http", b.HTTPAddr(),
+		"instance", b.cfg.Instance.ID, "reverse_topics", b.cfg.Reverse.Topics)
+	return nil
+}
+
+func (b *Bridge) mochiOptions() *mqtt.Options {
+	caps := mqtt.NewDefaultServerCapabilities()
+	caps.MaximumPacketSize = uint32(b.cfg.MQTT.MaxPacketSize)
+	caps.MaximumClientWritesPending = int32(b.cfg.MQTT.ClientWritesPending)
+	caps.ReceiveMaximum = uint16(b.cfg.MQTT.MaxInflight)
+	return &mqtt.Options{
+		Capabilities: caps,
+		InlineClient: true,
+		Logger:       b.log.With("component", "mqtt"),
+	}
+}
+
+func (b *Bridge) addListeners() error {
+	add := func(l listeners.Listener) error {
+		if err := b.server.AddListener(l); err != nil {
+			return fmt.Errorf("mqtt listener %s on %s: %w", l.ID(), l.Address(), err)
+		}
+		return nil
+	}
+	if b.cfg.MQTT.Listen != "" {
+		if err := add(listeners.NewTCP(listeners.Config{ID: "tcp", Address: b.cfg.MQTT.Listen})); err != nil {
+			return err
+		}
+	}
+	if b.cfg.MQTT.TLSListen != "" {
+		tc, err := serverTLS(b.cfg.MQTT.TLS)
+		if err != nil {
+			return err
+		}
+		if err := add(listeners.NewTCP(listeners.Config{ID: "tls", Address: b.cfg.MQTT.TLSListen, TLSConfig: tc})); err != nil {
+			return err
+		}
+	}
+	if b.cfg.MQTT.WSListen != "" {
+		if err := add(listeners.NewWebsocket(listeners.Config{ID: "ws", Address: b.cfg.MQTT.WSListen})); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// listenersByID reads the bound addresses (port 0 resolved).
+func (b *Bridge) listenersByID() map[string]string {
+	out := make(map[string]string)
+	for _, id := range []string{"tcp", "tls", "ws"} {
+		if l, ok := b.server.Listeners.Get(id); ok {
+			out[id] = boundAddr(l)
+		}
+	}
+	return out
+}
+
+func boundAddr(l listeners.Listener) string {
+	type netListener interface{ Address() string }
+	switch v := l.(type) {
+	case *listeners.TCP:
+		return v.Address()
+	case *listeners.Websocket:
+		return v.Address()
+	case netListener:
+		return v.Address()
+	}
+	return ""
+}
+
+// watchKafka keeps kafkaOK current for /readyz.
+func (b *Bridge) watchKafka(ctx context.Context) {
+	check := func() {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		// ApiVersions goes to a broker; kafka-go answers Metadata from its cache.
+		_, err := b.kclient.ApiVersions(cctx, &kafka.ApiVersionsRequest{})
+		ok := err == nil
+		if b.kafkaOK.Swap(ok) != ok {
+			if ok {
+				b.log.Info("kafka reachable", "brokers", b.brokers)
+			} else {
+				b.log.Warn("kafka unreachable", "brokers", b.brokers, "err", err)
+			}
+		}
+	}
+	check()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			check()
+		}
+	}
+}
+
+func (b *Bridge) healthy() bool { return true }
+
+func (b *Bridge) readyNow() (bool, string) {
+	select {
+	case <-b.ready:
+	default:
+		return false, "listeners not started"
+	}
+	if !b.kafkaOK.Load() {
+		return false, "kafka unreachable"
+	}
+	return true, "ok"
+}
+
+// shutdown: stop accepting -> drain ring into Kafka -> stop the reverse path
+// (commits) -> close clients and Kafka. Bounded by ShutdownTimeout.
+func (b *Bridge) shutdown() error {
+	b.closeOnce.Do(func() {
+		start := time.Now()
+		deadline := time.AfterFunc(b.cfg.ShutdownTimeout, func() {
+			b.log.Error("shutdown timeout reached: failing what is still pending", "timeout", b.cfg.ShutdownTimeout)
+			if b.hardCancel != nil {
+				b.hardCancel()
+			}
+		})
+		defer deadline.Stop()
+		var errs []error
+		if b.server != nil {
+			for _, l := range []string{"tcp", "tls", "ws"} {
+				if ln, ok := b.server.Listeners.Get(l); ok {
+					ln.Close(func(string) {}) // stop accepting; clients stay for their PUBACKs
+				}
+			}
+		}
+		if b.watchCancel != nil {
+			b.watchCancel()
+		}
+		if b.reverseCancel != nil {
+			b.reverseCancel()
+		}
+		b.ring.Close()
+		depth := b.ring.Len()
+		b.workersDone()
+		if b.hardCancel != nil {
+			b.hardCancel()
+		}
+		if b.server != nil {
+			for _, cl := range b.server.Clients.GetAll() {
+				if !cl.Net.Inline {
+					cl.Stop(ErrClosed)
+				}
+			}
+			if err := b.server.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("mqtt close: %w", err))
+			}
+		}
+		if b.reverse != nil {
+			if err := b.reverse.close(); err != nil {
+				errs = append(errs, fmt.Errorf("reverse close: %w", err))
+			}
+		}
+		if b.http != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			errs = append(errs, b.http.close(ctx))
+			cancel()
+		}
+		if b.embedded != nil {
+			b.embedded.close()
+		}
+		b.closeErr = errors.Join(errs...)
+		b.log.Info("ferry bridge stopped", "drained", depth, "took", time.Since(start).Round(time.Millisecond))
+	})
+	return b.closeErr
+}
+
+func (b *Bridge) workersDone() { b.workers.Wait() }

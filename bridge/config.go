@@ -1,0 +1,384 @@
+package bridge
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/ferry-bridge/ferry/topicmap"
+)
+
+// Config is the whole bridge configuration. Defaults come from DefaultConfig;
+// Validate reports every problem with the key that holds it and its value.
+// YAML keys (and FERRY_* environment variables, dots become underscores) are
+// the mapstructure tags below.
+type Config struct {
+	Instance InstanceConfig  `mapstructure:"instance" yaml:"instance"`
+	MQTT     MQTTConfig      `mapstructure:"mqtt" yaml:"mqtt"`
+	Kafka    KafkaConfig     `mapstructure:"kafka" yaml:"kafka"`
+	Ring     RingConfig      `mapstructure:"ring" yaml:"ring"`
+	Topics   topicmap.Config `mapstructure:"topics" yaml:"topics"`
+	Reverse  ReverseConfig   `mapstructure:"reverse" yaml:"reverse"`
+	HTTP     HTTPConfig      `mapstructure:"http" yaml:"http"`
+	Log      LogConfig       `mapstructure:"log" yaml:"log"`
+	// ShutdownTimeout bounds the graceful shutdown (drain ring, flush Kafka,
+	// commit offsets). Default: 10s.
+	ShutdownTimeout time.Duration `mapstructure:"shutdown_timeout" yaml:"shutdown_timeout"`
+
+	// reverseHold, when set (tests only), makes the reverse path wait for the
+	// channel to close before it publishes anything.
+	reverseHold <-chan struct{}
+}
+
+// InstanceConfig identifies this bridge instance.
+type InstanceConfig struct {
+	// ID is written into every record's origin header and names the default
+	// reverse consumer group. Default: the hostname.
+	ID string `mapstructure:"id" yaml:"id"`
+}
+
+// MQTTConfig configures the embedded broker.
+type MQTTConfig struct {
+	// Listen is the TCP listener address. Default: 127.0.0.1:1883.
+	Listen string `mapstructure:"listen" yaml:"listen"`
+	// WSListen is an optional WebSocket listener address. Default: "" (off).
+	WSListen string `mapstructure:"ws_listen" yaml:"ws_listen"`
+	// TLSListen is an optional TLS listener address; needs TLS.Cert and TLS.Key.
+	TLSListen string    `mapstructure:"tls_listen" yaml:"tls_listen"`
+	TLS       TLSConfig `mapstructure:"tls" yaml:"tls"`
+	// AllowAnonymous lets clients connect without credentials. Required
+	// (explicitly true) when a listener binds a non-loopback address and no
+	// users are configured. Default: false; a loopback-only bridge with no
+	// users accepts anonymous clients anyway.
+	AllowAnonymous bool `mapstructure:"allow_anonymous" yaml:"allow_anonymous"`
+	// Users are the accepted credentials and their ACLs.
+	Users []User `mapstructure:"users" yaml:"users"`
+	// MaxPacketSize is the largest MQTT packet accepted, in bytes. Default: 1 MiB.
+	MaxPacketSize int `mapstructure:"max_packet_size" yaml:"max_packet_size"`
+	// MaxInflight bounds the QoS 1/2 publishes of one client that wait for
+	// Kafka at once (pipelining depth). Default: 1024.
+	MaxInflight int `mapstructure:"max_inflight" yaml:"max_inflight"`
+	// ClientWritesPending is mochi's per-client outbound queue length; lower it
+	// for very many connections. Default: 1024.
+	ClientWritesPending int `mapstructure:"client_writes_pending" yaml:"client_writes_pending"`
+}
+
+// User is one MQTT credential with its topic ACL.
+type User struct {
+	Username string `mapstructure:"username" yaml:"username"`
+	// Password is plain text, or a bcrypt hash ("$2a$...", "$2b$...", "$2y$...").
+	Password string `mapstructure:"password" yaml:"password"`
+	// Publish and Subscribe list the topic filters the user may use. Empty
+	// means all.
+	Publish   []string `mapstructure:"publish" yaml:"publish"`
+	Subscribe []string `mapstructure:"subscribe" yaml:"subscribe"`
+}
+
+// TLSConfig holds certificate files.
+type TLSConfig struct {
+	Cert string `mapstructure:"cert" yaml:"cert"`
+	Key  string `mapstructure:"key" yaml:"key"`
+	// CA verifies the peer: client certificates on the MQTT side (required
+	// when set), the brokers' certificates on the Kafka side.
+	CA string `mapstructure:"ca" yaml:"ca"`
+	// Enabled turns TLS on for Kafka (with the system roots when CA is empty).
+	Enabled bool `mapstructure:"enabled" yaml:"enabled"`
+}
+
+// SASLConfig configures Kafka SASL authentication.
+type SASLConfig struct {
+	// Mechanism: "" (off), PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+	Mechanism string `mapstructure:"mechanism" yaml:"mechanism"`
+	Username  string `mapstructure:"username" yaml:"username"`
+	Password  string `mapstructure:"password" yaml:"password"`
+}
+
+// KafkaConfig configures the Kafka side.
+type KafkaConfig struct {
+	// Brokers is the bootstrap list. Empty: an embedded in-memory Kafka is
+	// started (for trying Ferry out, never for production).
+	Brokers []string `mapstructure:"brokers" yaml:"brokers"`
+	// Acks: all, one or none. Default: all.
+	Acks string `mapstructure:"acks" yaml:"acks"`
+	// AckTimeout bounds how long a QoS 1/2 publish waits for Kafka before the
+	// client gets a negative acknowledgement. Default: 5s.
+	AckTimeout time.Duration `mapstructure:"ack_timeout" yaml:"ack_timeout"`
+	// Linger delays a partial batch to let it fill. Default: 0 (a batch leaves
+	// as soon as the ring is empty).
+	Linger time.Duration `mapstructure:"linger" yaml:"linger"`
+	// MaxBatch is the most records in one produce request. Default: 1000.
+	MaxBatch int `mapstructure:"max_batch" yaml:"max_batch"`
+	// MaxBatchBytes bounds one produce request's payload. Default: 1 MiB.
+	MaxBatchBytes int `mapstructure:"max_batch_bytes" yaml:"max_batch_bytes"`
+	// Compression: none, gzip, snappy, lz4, zstd. Default: none.
+	Compression string `mapstructure:"compression" yaml:"compression"`
+	// Partitions and ReplicationFactor apply to topics Ferry creates.
+	// Defaults: 1 and 1.
+	Partitions        int `mapstructure:"partitions" yaml:"partitions"`
+	ReplicationFactor int `mapstructure:"replication_factor" yaml:"replication_factor"`
+	// MaxCreatedTopics caps how many topics one instance creates (protection
+	// against topic explosion). Default: 1000.
+	MaxCreatedTopics int        `mapstructure:"max_created_topics" yaml:"max_created_topics"`
+	TLS              TLSConfig  `mapstructure:"tls" yaml:"tls"`
+	SASL             SASLConfig `mapstructure:"sasl" yaml:"sasl"`
+}
+
+// RingConfig configures the buffer between MQTT and Kafka.
+type RingConfig struct {
+	// Capacity in messages, a power of two. Default: 65536.
+	Capacity int `mapstructure:"capacity" yaml:"capacity"`
+	// QoS0Policy when the ring is full: drop-newest, drop-oldest or block.
+	// QoS 1/2 publishes always wait (up to kafka.ack_timeout). Default: drop-newest.
+	QoS0Policy string `mapstructure:"qos0_policy" yaml:"qos0_policy"`
+}
+
+// ReverseConfig configures the Kafka -> MQTT path.
+type ReverseConfig struct {
+	// Topics are Kafka topic names or /regex/ patterns. Empty: no reverse path.
+	Topics []string `mapstructure:"topics" yaml:"topics"`
+	// GroupID is the consumer group. Default: "ferry-" + instance.id (each
+	// instance serves its own subscribers); set a shared name to split records
+	// between instances instead.
+	GroupID string `mapstructure:"group_id" yaml:"group_id"`
+	// StartOffset for a new group: latest or earliest. Default: latest.
+	StartOffset string `mapstructure:"start_offset" yaml:"start_offset"`
+	// Refresh is how often /regex/ topics are re-listed. Default: 30s.
+	Refresh time.Duration `mapstructure:"refresh" yaml:"refresh"`
+	// SkipOwn skips records this instance produced (loop prevention). Default: true.
+	SkipOwn bool `mapstructure:"skip_own" yaml:"skip_own"`
+}
+
+// HTTPConfig configures /metrics, /healthz and /readyz.
+type HTTPConfig struct {
+	// Listen address; "" disables the HTTP server. Default: 127.0.0.1:8080.
+	Listen string `mapstructure:"listen" yaml:"listen"`
+	// Pprof mounts /debug/pprof/. Default: false.
+	Pprof bool `mapstructure:"pprof" yaml:"pprof"`
+}
+
+// LogConfig configures the logger built by cmd/bridge.
+type LogConfig struct {
+	// Level: debug, info, warn, error. Default: info.
+	Level string `mapstructure:"level" yaml:"level"`
+	// Format: text or json. Default: text.
+	Format string `mapstructure:"format" yaml:"format"`
+}
+
+// DefaultConfig returns the configuration used where nothing else is given.
+func DefaultConfig() Config {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "ferry"
+	}
+	return Config{
+		Instance: InstanceConfig{ID: host},
+		MQTT: MQTTConfig{
+			Listen:              "127.0.0.1:1883",
+			MaxPacketSize:       1 << 20,
+			MaxInflight:         1024,
+			ClientWritesPending: 1024,
+		},
+		Kafka: KafkaConfig{
+			Acks:              "all",
+			AckTimeout:        5 * time.Second,
+			MaxBatch:          1000,
+			MaxBatchBytes:     1 << 20,
+			Compression:       "none",
+			Partitions:        1,
+			ReplicationFactor: 1,
+			MaxCreatedTopics:  1000,
+		},
+		Ring:    RingConfig{Capacity: 1 << 16, QoS0Policy: "drop-newest"},
+		Topics:  topicmap.DefaultConfig(),
+		Reverse: ReverseConfig{StartOffset: "latest", Refresh: 30 * time.Second, SkipOwn: true},
+		HTTP:    HTTPConfig{Listen: "127.0.0.1:8080"},
+		Log:     LogConfig{Level: "info", Format: "text"},
+
+		ShutdownTimeout: 10 * time.Second,
+	}
+}
+
+// FieldError names the configuration key and value that are wrong.
+type FieldError struct {
+	Key    string
+	Value  any
+	Reason string
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("config %s=%v: %s", e.Key, e.Value, e.Reason)
+}
+
+// Validate checks every field and their combinations. It returns all
+// problems joined, each a *FieldError.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(key string, value any, format string, args ...any) {
+		errs = append(errs, &FieldError{Key: key, Value: value, Reason: fmt.Sprintf(format, args...)})
+	}
+	if c.Instance.ID == "" {
+		bad("instance.id", `""`, "must not be empty")
+	}
+	if c.MQTT.Listen == "" && c.MQTT.WSListen == "" && c.MQTT.TLSListen == "" {
+		bad("mqtt.listen", `""`, "at least one of mqtt.listen, mqtt.ws_listen, mqtt.tls_listen is needed")
+	}
+	for _, l := range []struct{ key, addr string }{{"mqtt.listen", c.MQTT.Listen}, {"mqtt.ws_listen", c.MQTT.WSListen}, {"mqtt.tls_listen", c.MQTT.TLSListen}, {"http.listen", c.HTTP.Listen}} {
+		if l.addr == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(l.addr); err != nil {
+			bad(l.key, l.addr, "not a host:port address: %v", err)
+		}
+	}
+	if c.MQTT.TLSListen != "" && (c.MQTT.TLS.Cert == "" || c.MQTT.TLS.Key == "") {
+		bad("mqtt.tls", c.MQTT.TLSListen, "mqtt.tls_listen needs mqtt.tls.cert and mqtt.tls.key")
+	}
+	if len(c.MQTT.Users) == 0 && !c.MQTT.AllowAnonymous {
+		for _, l := range []struct{ key, addr string }{{"mqtt.listen", c.MQTT.Listen}, {"mqtt.ws_listen", c.MQTT.WSListen}, {"mqtt.tls_listen", c.MQTT.TLSListen}} {
+			if l.addr != "" && !isLoopback(l.addr) {
+				bad(l.key, l.addr, "non-loopback listener without authentication: configure mqtt.users or set mqtt.allow_anonymous: true explicitly")
+			}
+		}
+	}
+	for i, u := range c.MQTT.Users {
+		if u.Username == "" {
+			bad(fmt.Sprintf("mqtt.users[%d].username", i), `""`, "must not be empty")
+		}
+		for j, f := range append(append([]string{}, u.Publish...), u.Subscribe...) {
+			if !validFilter(f) {
+				bad(fmt.Sprintf("mqtt.users[%d].publish/subscribe[%d]", i, j), f, "not a valid MQTT topic filter")
+			}
+		}
+	}
+	if c.MQTT.MaxPacketSize < 64 {
+		bad("mqtt.max_packet_size", c.MQTT.MaxPacketSize, "must be at least 64")
+	}
+	if c.MQTT.MaxInflight < 1 || c.MQTT.MaxInflight > 65535 {
+		bad("mqtt.max_inflight", c.MQTT.MaxInflight, "must be in 1..65535")
+	}
+	if c.MQTT.ClientWritesPending < 1 {
+		bad("mqtt.client_writes_pending", c.MQTT.ClientWritesPending, "must be at least 1")
+	}
+	for i, b := range c.Kafka.Brokers {
+		if _, _, err := net.SplitHostPort(b); err != nil {
+			bad(fmt.Sprintf("kafka.brokers[%d]", i), b, "not a host:port address: %v", err)
+		}
+	}
+	switch c.Kafka.Acks {
+	case "all", "one", "none":
+	default:
+		bad("kafka.acks", c.Kafka.Acks, "must be all, one or none")
+	}
+	if c.Kafka.AckTimeout <= 0 {
+		bad("kafka.ack_timeout", c.Kafka.AckTimeout, "must be positive")
+	}
+	if c.Kafka.Linger < 0 {
+		bad("kafka.linger", c.Kafka.Linger, "must not be negative")
+	}
+	if c.Kafka.MaxBatch < 1 {
+		bad("kafka.max_batch", c.Kafka.MaxBatch, "must be at least 1")
+	}
+	if c.Kafka.MaxBatchBytes < 1024 {
+		bad("kafka.max_batch_bytes", c.Kafka.MaxBatchBytes, "must be at least 1024")
+	}
+	if _, err := compressionCodec(c.Kafka.Compression); err != nil {
+		bad("kafka.compression", c.Kafka.Compression, "%v", err)
+	}
+	if c.Kafka.Partitions < 1 {
+		bad("kafka.partitions", c.Kafka.Partitions, "must be at least 1")
+	}
+	if c.Kafka.ReplicationFactor < 1 {
+		bad("kafka.replication_factor", c.Kafka.ReplicationFactor, "must be at least 1")
+	}
+	if c.Kafka.MaxCreatedTopics < 0 {
+		bad("kafka.max_created_topics", c.Kafka.MaxCreatedTopics, "must not be negative")
+	}
+	switch strings.ToUpper(c.Kafka.SASL.Mechanism) {
+	case "", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+	default:
+		bad("kafka.sasl.mechanism", c.Kafka.SASL.Mechanism, "must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+	}
+	if c.Kafka.SASL.Mechanism != "" && c.Kafka.SASL.Username == "" {
+		bad("kafka.sasl.username", `""`, "required with kafka.sasl.mechanism")
+	}
+	if c.Ring.Capacity < 2 || c.Ring.Capacity&(c.Ring.Capacity-1) != 0 {
+		bad("ring.capacity", c.Ring.Capacity, "must be a power of two >= 2")
+	}
+	switch c.Ring.QoS0Policy {
+	case "drop-newest", "drop-oldest", "block":
+	default:
+		bad("ring.qos0_policy", c.Ring.QoS0Policy, "must be drop-newest, drop-oldest or block")
+	}
+	if _, err := topicmap.New(c.Topics); err != nil {
+		errs = append(errs, fmt.Errorf("config topics: %w", err))
+	}
+	for i, t := range c.Reverse.Topics {
+		if err := validReverseTopic(t); err != nil {
+			bad(fmt.Sprintf("reverse.topics[%d]", i), t, "%v", err)
+		}
+	}
+	switch c.Reverse.StartOffset {
+	case "latest", "earliest":
+	default:
+		bad("reverse.start_offset", c.Reverse.StartOffset, "must be latest or earliest")
+	}
+	if len(c.Reverse.Topics) > 0 && c.Reverse.Refresh <= 0 {
+		bad("reverse.refresh", c.Reverse.Refresh, "must be positive")
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log.level", c.Log.Level, "must be debug, info, warn or error")
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		bad("log.format", c.Log.Format, "must be text or json")
+	}
+	if c.ShutdownTimeout <= 0 {
+		bad("shutdown_timeout", c.ShutdownTimeout, "must be positive")
+	}
+	return errors.Join(errs...)
+}
+
+// validReverseTopic accepts a Kafka topic name or a /regex/.
+func validReverseTopic(t string) error {
+	if len(t) >= 2 && strings.HasPrefix(t, "/") && strings.HasSuffix(t, "/") {
+		_, err := regexp.Compile(t[1 : len(t)-1])
+		return err
+	}
+	return topicmap.ValidKafkaTopic(t)
+}
+
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// validFilter reports whether f is a valid MQTT topic filter.
+func validFilter(f string) bool {
+	if f == "" {
+		return false
+	}
+	levels := strings.Split(f, "/")
+	for i, l := range levels {
+		if l == "#" && i != len(levels)-1 {
+			return false
+		}
+		if len(l) > 1 && strings.ContainsAny(l, "#+") {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,183 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+	pahov3 "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/ferry-bridge/ferry/internal/kafkatest"
+	"github.com/ferry-bridge/ferry/topicmap"
+)
+
+func TestEmbeddedKafkaDefault(t *testing.T) {
+	b := startBridge(t, testConfig(""))
+	if b.embedded == nil || len(b.KafkaBrokers()) == 0 {
+		t.Fatal("no embedded Kafka started without kafka.brokers")
+	}
+	c := connectPaho(t, b.MQTTAddr(), "embedded-pub")
+	tok := c.Publish("/tacos/pub/lf", 1, false, "hello taco")
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish: %v", tok.Error())
+	}
+	msgs := readTopic(t, b.KafkaBrokers(), "_tacos_pub_lf", 1, 10*time.Second)
+	if got := string(msgs[0].Value); got != "hello taco" {
+		t.Fatalf("value = %q, want %q", got, "hello taco")
+	}
+	if got := string(msgs[0].Key); got != "/tacos/pub/lf" {
+		t.Fatalf("key = %q, want the MQTT topic", got)
+	}
+}
+
+func TestForwardPahoAndMosquitto(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	b := startBridge(t, testConfig(brokers))
+	topic := uniqueTopic("interop")
+	ktopic := kafkaName(t, topic)
+
+	c := connectPaho(t, b.MQTTAddr(), "paho-pub")
+	tok := c.Publish(topic, 1, false, "from paho")
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("paho publish: %v", tok.Error())
+	}
+	host, port, _ := strings.Cut(b.MQTTAddr(), ":")
+	out, err := exec.Command("mosquitto_pub", "-h", host, "-p", port, "-q", "1", "-i", "mosq-pub",
+		"-t", topic, "-m", "from mosquitto").CombinedOutput()
+	if err != nil {
+		t.Fatalf("mosquitto_pub: %v: %s", err, out)
+	}
+	msgs := readTopic(t, b.KafkaBrokers(), ktopic, 2, 20*time.Second)
+	want := []struct{ value, client string }{{"from paho", "paho-pub"}, {"from mosquitto", "mosq-pub"}}
+	for i, w := range want {
+		m := msgs[i]
+		if string(m.Value) != w.value || string(m.Key) != topic {
+			t.Errorf("record %d = key %q value %q, want key %q value %q", i, m.Key, m.Value, topic, w.value)
+		}
+		for k, v := range map[string]string{topicmap.HeaderMQTTTopic: topic, topicmap.HeaderQoS: "1",
+			topicmap.HeaderClientID: w.client, topicmap.HeaderOrigin: b.InstanceID()} {
+			if got, _ := header(m, k); got != v {
+				t.Errorf("record %d header %s = %q, want %q", i, k, got, v)
+			}
+		}
+	}
+	if got := topicConfig(t, b.KafkaBrokers(), ktopic, "message.timestamp.type"); got != "LogAppendTime" {
+		t.Fatalf("created topic has message.timestamp.type=%s, want LogAppendTime", got)
+	}
+	// kcat, a client nobody here wrote, sees the broker's append timestamps.
+	kout, err := exec.Command("kcat", "-C", "-b", brokers, "-t", ktopic, "-o", "beginning", "-c", "1", "-e", "-J", "-q").Output()
+	if err != nil {
+		t.Fatalf("kcat: %v", err)
+	}
+	var rec struct {
+		TSType string `json:"tstype"`
+		Key    string `json:"key"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(string(kout))), &rec); err != nil {
+		t.Fatalf("kcat -J output %q: %v", kout, err)
+	}
+	if rec.TSType != "logappend" || rec.Key != topic {
+		t.Fatalf("kcat sees tstype=%q key=%q, want logappend and %q", rec.TSType, rec.Key, topic)
+	}
+}
+
+// TestTacosDefaultMapping checks the reference bridge's exact mapping.
+func TestTacosDefaultMapping(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	b := startBridge(t, testConfig(brokers))
+	payload := "taco-" + randHex(8)
+	c := connectPaho(t, b.MQTTAddr(), "tacos")
+	if tok := c.Publish("/tacos/pub/lf", 1, false, payload); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish: %v", tok.Error())
+	}
+	// The topic may hold records of earlier runs: look for ours.
+	cl := kafkatest.Client(brokers)
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, m := range readTopic(t, b.KafkaBrokers(), "_tacos_pub_lf", int(kafkatest.RecordCount(t, brokers, "_tacos_pub_lf")), 10*time.Second) {
+			if string(m.Value) == payload {
+				return
+			}
+		}
+	}
+	_ = cl
+	t.Fatalf("payload %q not found in _tacos_pub_lf", payload)
+}
+
+func TestQoS1ManyClientsInOrder(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	b := startBridge(t, testConfig(brokers))
+	const clients = 10
+	perClient := 10000
+	if raceEnabled {
+		perClient = 3000
+	}
+	topics := make([]string, clients)
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	start := time.Now()
+	for i := range clients {
+		topics[i] = uniqueTopic(fmt.Sprintf("bulk%d", i))
+		c := connectPaho(t, b.MQTTAddr(), fmt.Sprintf("bulk-%d", i), func(o *pahov3.ClientOptions) { o.SetMaxResumePubInFlight(1000) })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			toks := make([]pahov3.Token, 0, perClient)
+			for s := range perClient {
+				toks = append(toks, c.Publish(topics[i], 1, false, strconv.Itoa(s)))
+			}
+			for s, tok := range toks {
+				if !tok.WaitTimeout(60*time.Second) || tok.Error() != nil {
+					errs <- fmt.Errorf("client %d message %d not acked: %v", i, s, tok.Error())
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	elapsed := time.Since(start)
+	t.Logf("%d QoS1 publishes from %d pipelined clients acked in %s (%.0f msg/s)", clients*perClient, clients, elapsed, float64(clients*perClient)/elapsed.Seconds())
+	for i, topic := range topics {
+		msgs := readTopic(t, b.KafkaBrokers(), kafkaName(t, topic), perClient, 30*time.Second)
+		for s, m := range msgs {
+			if string(m.Value) != strconv.Itoa(s) {
+				t.Fatalf("client %d: record %d = %q, want %d (order or loss)", i, s, m.Value, s)
+			}
+		}
+		if n := kafkatest.RecordCount(t, brokers, kafkaName(t, topic)); n != int64(perClient) {
+			t.Fatalf("client %d: topic holds %d records, want exactly %d (duplicates?)", i, n, perClient)
+		}
+	}
+}
+
+func TestV5UserPropertiesBecomeHeaders(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	b := startBridge(t, testConfig(brokers))
+	topic := uniqueTopic("v5props")
+	c := connectV5(t, b.MQTTAddr(), "v5-pub")
+	res, err := c.Publish(context.Background(), &paho.Publish{Topic: topic, QoS: 1, Payload: []byte("v5"),
+		Properties: &paho.PublishProperties{User: paho.UserProperties{{Key: "device", Value: "d-42"}, {Key: "unit", Value: "C"}}}})
+	if err != nil {
+		t.Fatalf("v5 publish: %v", err)
+	}
+	if res.ReasonCode != 0 {
+		t.Fatalf("v5 puback reason = %#x, want 0", res.ReasonCode)
+	}
+	m := readTopic(t, b.KafkaBrokers(), kafkaName(t, topic), 1, 20*time.Second)[0]
+	for k, v := range map[string]string{"device": "d-42", "unit": "C"} {
+		if got, _ := header(m, k); got != v {
+			t.Errorf("header %s = %q, want %q", k, got, v)
+		}
+	}
+}

@@ -1,0 +1,179 @@
+package bridge
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+)
+
+// testLogger writes to the test log only when FERRY_TEST_LOG is set.
+func testLogger(t testing.TB) *slog.Logger {
+	if os.Getenv("FERRY_TEST_LOG") == "" {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// testConfig is a bridge config on loopback port 0 with no HTTP server.
+func testConfig(brokers string) Config {
+	cfg := DefaultConfig()
+	cfg.Instance.ID = "test-" + randHex(4)
+	cfg.MQTT.Listen = "127.0.0.1:0"
+	cfg.HTTP.Listen = ""
+	cfg.Kafka.AckTimeout = 5 * time.Second
+	if brokers != "" {
+		cfg.Kafka.Brokers = strings.Split(brokers, ",")
+	}
+	return cfg
+}
+
+// startBridge runs a bridge until the test ends.
+func startBridge(t testing.TB, cfg Config) *Bridge {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	b, err := New(cfg, testLogger(t), reg)
+	if err != nil {
+		t.Fatalf("bridge.New: %v", err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- b.Run(context.Background()) }()
+	select {
+	case <-b.Ready():
+	case err := <-errc:
+		t.Fatalf("bridge.Run: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("bridge not ready within 30s")
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := b.Close(ctx); err != nil {
+			t.Errorf("bridge.Close: %v", err)
+		}
+	})
+	return b
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// uniqueTopic returns an MQTT topic whose default Kafka mapping is fresh.
+func uniqueTopic(prefix string) string {
+	return "/ferrytest/" + prefix + randHex(6) + "/lf"
+}
+
+// kafkaName maps with the default rule ('/' -> '_').
+func kafkaName(t testing.TB, mqttTopic string) string {
+	t.Helper()
+	return strings.ReplaceAll(mqttTopic, "/", "_")
+}
+
+// connectPaho connects an MQTT 3.1.1 client (Eclipse Paho Go).
+func connectPaho(t testing.TB, addr, id string, opts ...func(*paho.ClientOptions)) paho.Client {
+	t.Helper()
+	o := paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).
+		SetAutoReconnect(false).SetConnectRetry(false).SetOrderMatters(false).
+		SetConnectTimeout(5 * time.Second).SetWriteTimeout(10 * time.Second)
+	for _, f := range opts {
+		f(o)
+	}
+	c := paho.NewClient(o)
+	tok := c.Connect()
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("paho connect %s: %v", addr, tok.Error())
+	}
+	t.Cleanup(func() { c.Disconnect(100) })
+	return c
+}
+
+// readTopic reads n records of a one-partition topic from offset 0.
+func readTopic(t testing.TB, brokers []string, topic string, n int, timeout time.Duration) []kafka.Message {
+	t.Helper()
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: 0,
+		MinBytes: 1, MaxBytes: 10 << 20, MaxWait: 100 * time.Millisecond})
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	out := make([]kafka.Message, 0, n)
+	for len(out) < n {
+		m, err := r.ReadMessage(ctx)
+		if err != nil {
+			t.Fatalf("reading %s: got %d of %d records: %v", topic, len(out), n, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func header(m kafka.Message, key string) (string, bool) {
+	for _, h := range m.Headers {
+		if h.Key == key {
+			return string(h.Value), true
+		}
+	}
+	return "", false
+}
+
+// topicConfig reads one config value of a topic.
+func topicConfig(t testing.TB, brokers []string, topic, name string) string {
+	t.Helper()
+	c := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
+	res, err := c.DescribeConfigs(context.Background(), &kafka.DescribeConfigsRequest{
+		Resources: []kafka.DescribeConfigRequestResource{{ResourceType: kafka.ResourceTypeTopic, ResourceName: topic, ConfigNames: []string{name}}},
+	})
+	if err != nil {
+		t.Fatalf("describe configs %s: %v", topic, err)
+	}
+	for _, r := range res.Resources {
+		for _, e := range r.ConfigEntries {
+			if e.ConfigName == name {
+				return e.ConfigValue
+			}
+		}
+	}
+	t.Fatalf("topic %s has no config %s", topic, name)
+	return ""
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// rawConn is a plain TCP connection for malformed-input tests.
+func rawConn(t testing.TB, addr string) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+var _ = io.Discard
+var _ = fmt.Sprintf

@@ -1,0 +1,70 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// httpServer serves /metrics, /healthz, /readyz and optionally pprof.
+type httpServer struct {
+	srv  *http.Server
+	addr string
+	done chan struct{}
+}
+
+func startHTTP(cfg HTTPConfig, log *slog.Logger, reg *prometheus.Registry, healthy func() bool, ready func() (bool, string)) (*httpServer, error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if !healthy() {
+			http.Error(w, "unhealthy", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		ok, why := ready()
+		if !ok {
+			http.Error(w, why, http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, why)
+	})
+	if cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("http.listen=%s: %w", cfg.Listen, err)
+	}
+	h := &httpServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, addr: ln.Addr().String(), done: make(chan struct{})}
+	go func() {
+		defer close(h.done)
+		if err := h.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server", "err", err)
+		}
+	}()
+	return h, nil
+}
+
+func (h *httpServer) close(ctx context.Context) error {
+	err := h.srv.Shutdown(ctx)
+	<-h.done
+	if err != nil {
+		return fmt.Errorf("http shutdown: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,132 @@
+package bridge
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+)
+
+// Flags are the command-line flags of cmd/bridge; each overrides the config
+// file and FERRY_* environment variables.
+type Flags struct {
+	ConfigFile  string
+	CheckConfig bool
+}
+
+// BindFlags declares the contract flags (--config, --kafka, --mqtt-listen,
+// --http-listen, --check-config) on fs.
+func BindFlags(fs *pflag.FlagSet) *Flags {
+	f := &Flags{}
+	fs.StringVar(&f.ConfigFile, "config", "", "YAML config `FILE` (see configs/bridge.yaml)")
+	fs.BoolVar(&f.CheckConfig, "check-config", false, "validate the configuration and exit (0 valid, 1 invalid)")
+	fs.String("kafka", "", "Kafka bootstrap `BROKERS` host:port[,host:port...] (default: an embedded in-memory Kafka)")
+	fs.String("mqtt-listen", "", "MQTT TCP listener `ADDR` (default 127.0.0.1:1883)")
+	fs.String("http-listen", "", "HTTP listener `ADDR` for /metrics, /healthz, /readyz (default 127.0.0.1:8080)")
+	fs.String("instance-id", "", "instance id for origin headers and the reverse consumer group (default: hostname)")
+	fs.String("log-level", "", "log level: debug, info, warn, error")
+	return f
+}
+
+// flagKeys maps flag names to config keys.
+var flagKeys = map[string]string{
+	"kafka":       "kafka.brokers",
+	"mqtt-listen": "mqtt.listen",
+	"http-listen": "http.listen",
+	"instance-id": "instance.id",
+	"log-level":   "log.level",
+}
+
+// LoadConfig builds the configuration: defaults < YAML file < FERRY_*
+// environment < flags. Unknown keys in the file are errors. The result is
+// validated.
+func LoadConfig(fs *pflag.FlagSet, f *Flags, env func(string) (string, bool)) (Config, error) {
+	v := viper.New()
+	def := DefaultConfig()
+	setDefaults(v, "", reflect.ValueOf(def))
+	v.SetEnvPrefix("FERRY")
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
+	v.AutomaticEnv()
+	if f.ConfigFile != "" {
+		v.SetConfigFile(f.ConfigFile)
+		v.SetConfigType("yaml")
+		if err := v.ReadInConfig(); err != nil {
+			return Config{}, fmt.Errorf("config file %s: %w", f.ConfigFile, err)
+		}
+	}
+	if env != nil {
+		// Lists from the environment are comma-separated.
+		for _, key := range []string{"kafka.brokers", "reverse.topics", "topics.exclude"} {
+			name := "FERRY_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+			if val, ok := env(name); ok {
+				v.Set(key, splitList(val))
+			}
+		}
+	}
+	var flagErr error
+	fs.Visit(func(fl *pflag.Flag) {
+		key, ok := flagKeys[fl.Name]
+		if !ok {
+			return
+		}
+		if key == "kafka.brokers" {
+			v.Set(key, splitList(fl.Value.String()))
+			return
+		}
+		v.Set(key, fl.Value.String())
+	})
+	if flagErr != nil {
+		return Config{}, flagErr
+	}
+	var cfg Config
+	err := v.UnmarshalExact(&cfg, func(dc *mapstructure.DecoderConfig) {
+		dc.DecodeHook = mapstructure.ComposeDecodeHookFunc(
+			mapstructure.StringToTimeDurationHookFunc(),
+			mapstructure.StringToSliceHookFunc(","),
+		)
+	})
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// setDefaults registers every leaf key of the default config, so that each
+// key can be set from the environment (viper ignores env vars for unknown
+// keys).
+func setDefaults(v *viper.Viper, prefix string, rv reflect.Value) {
+	rt := rv.Type()
+	for i := 0; i < rt.NumField(); i++ {
+		f := rt.Field(i)
+		tag := strings.Split(f.Tag.Get("mapstructure"), ",")[0]
+		if tag == "" || tag == "-" {
+			continue
+		}
+		key := tag
+		if prefix != "" {
+			key = prefix + "." + tag
+		}
+		fv := rv.Field(i)
+		if fv.Kind() == reflect.Struct {
+			setDefaults(v, key, fv)
+			continue
+		}
+		v.SetDefault(key, fv.Interface())
+	}
+}

@@ -1,0 +1,73 @@
+package bridge
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the bridge's Prometheus series, registered on an injected
+// registry (no globals). Names are prefixed ferry_.
+type metrics struct {
+	connections      prometheus.Gauge
+	publishesByQoS   *prometheus.CounterVec
+	recordsProduced  prometheus.Counter
+	produceErrors    prometheus.Counter
+	drops            *prometheus.CounterVec
+	nacks            *prometheus.CounterVec
+	topicsCreated    prometheus.Counter
+	batchSize        prometheus.Histogram
+	produceLatency   prometheus.Histogram
+	publishToAck     prometheus.Histogram
+	reverseConsumed  prometheus.Counter
+	reversePublished prometheus.Counter
+	reverseSkipped   *prometheus.CounterVec
+	reverseLag       *prometheus.GaugeVec
+	subscriberDrops  prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, ringLen, ringCap func() float64) (*metrics, error) {
+	latencyBuckets := prometheus.ExponentialBuckets(0.0001, 2, 18) // 100us .. ~13s
+	m := &metrics{
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_mqtt_connections",
+			Help: "MQTT clients connected now."}),
+		publishesByQoS: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_mqtt_publishes_received_total",
+			Help: "PUBLISH packets received from MQTT clients (not inline), by QoS."}, []string{"qos"}),
+		recordsProduced: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_kafka_records_produced_total",
+			Help: "Records Kafka acknowledged."}),
+		produceErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_kafka_produce_errors_total",
+			Help: "Records that failed to reach Kafka (timeout, rejection, shutdown)."}),
+		drops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_dropped_total",
+			Help: "MQTT publishes not bridged, by reason (ring_full, ring_evicted, unmappable_topic)."}, []string{"reason"}),
+		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_mqtt_nacks_total",
+			Help: "QoS 1/2 publishes refused to the client (v5 reason code or v3 disconnect), by reason."}, []string{"reason"}),
+		topicsCreated: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_kafka_topics_created_total",
+			Help: "Kafka topics this instance created."}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_kafka_batch_records",
+			Help: "Records per produce request.", Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
+		produceLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_kafka_produce_seconds",
+			Help: "Produce request round trip.", Buckets: latencyBuckets}),
+		publishToAck: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_publish_to_kafka_ack_seconds",
+			Help: "From MQTT PUBLISH received to Kafka acknowledgement.", Buckets: latencyBuckets}),
+		reverseConsumed: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_reverse_records_consumed_total",
+			Help: "Kafka records consumed by the reverse path."}),
+		reversePublished: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_reverse_published_total",
+			Help: "Kafka records published to MQTT."}),
+		reverseSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_reverse_skipped_total",
+			Help: "Kafka records not published to MQTT, by reason (own_origin, unmappable, too_large)."}, []string{"reason"}),
+		reverseLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ferry_reverse_consumer_lag",
+			Help: "Reverse consumer lag in records, per topic and partition."}, []string{"topic", "partition"}),
+		subscriberDrops: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_mqtt_subscriber_drops_total",
+			Help: "Messages dropped because a subscriber's outbound queue was full."}),
+	}
+	cs := []prometheus.Collector{m.connections, m.publishesByQoS, m.recordsProduced, m.produceErrors,
+		m.drops, m.nacks, m.topicsCreated, m.batchSize, m.produceLatency, m.publishToAck,
+		m.reverseConsumed, m.reversePublished, m.reverseSkipped, m.reverseLag, m.subscriberDrops,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_ring_depth", Help: "Messages in the ring now."}, ringLen),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_ring_capacity", Help: "Ring capacity."}, ringCap),
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,132 @@
+package bridge
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+)
+
+// reverseCommitInterval is how often marked (published) offsets are
+// committed in the background. A crash redelivers at most this much.
+const reverseCommitInterval = time.Second
+
+// reverseGroupID is the consumer group: reverse.group_id, else
+// "ferry-" + instance.id, stable across restarts of one instance.
+func reverseGroupID(cfg Config) string {
+	if cfg.Reverse.GroupID != "" {
+		return cfg.Reverse.GroupID
+	}
+	return "ferry-" + cfg.Instance.ID
+}
+
+// reverseTopicOpts turns reverse.topics (names and /regex/) into kgo
+// options. With any regex, every entry is consumed as an anchored regex
+// (exact names quoted) and new matching topics are picked up at each
+// metadata refresh.
+func reverseTopicOpts(topics []string) []kgo.Opt {
+	anyRegex := false
+	for _, t := range topics {
+		if isRegexTopic(t) {
+			anyRegex = true
+		}
+	}
+	if !anyRegex {
+		return []kgo.Opt{kgo.ConsumeTopics(topics...)}
+	}
+	res := make([]string, 0, len(topics))
+	for _, t := range topics {
+		if isRegexTopic(t) {
+			res = append(res, "^(?:"+t[1:len(t)-1]+")$")
+		} else {
+			res = append(res, "^"+regexp.QuoteMeta(t)+"$")
+		}
+	}
+	return []kgo.Opt{kgo.ConsumeTopics(res...), kgo.ConsumeRegex()}
+}
+
+func isRegexTopic(t string) bool {
+	return len(t) >= 2 && strings.HasPrefix(t, "/") && strings.HasSuffix(t, "/")
+}
+
+// reverseKgoOpts builds the franz-go consumer options from the bridge
+// config: group, topics, start offset, metadata refresh, commit marking,
+// static membership, TLS and SASL.
+func reverseKgoOpts(cfg Config, brokers []string, log *slog.Logger) ([]kgo.Opt, error) {
+	start := kgo.NewOffset().AtEnd()
+	if cfg.Reverse.StartOffset == "earliest" {
+		start = kgo.NewOffset().AtStart()
+	}
+	refresh := cfg.Reverse.Refresh
+	if refresh <= 0 {
+		refresh = 30 * time.Second
+	}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(brokers...),
+		kgo.ClientID("ferry-" + cfg.Instance.ID),
+		kgo.ConsumerGroup(reverseGroupID(cfg)),
+		// Static membership: a restarted instance takes its partitions back
+		// at once instead of waiting out the old member's session.
+		kgo.InstanceID(cfg.Instance.ID),
+		kgo.ConsumeResetOffset(start),
+		kgo.MetadataMaxAge(refresh),
+		kgo.MetadataMinAge(min(refresh, 5*time.Second)),
+		// Commit only what was handed to the broker, in the background.
+		kgo.AutoCommitMarks(),
+		kgo.AutoCommitInterval(reverseCommitInterval),
+		kgo.WithLogger(kgoLogger{log: log.With("component", "reverse-kafka")}),
+	}
+	opts = append(opts, reverseTopicOpts(cfg.Reverse.Topics)...)
+	k := cfg.Kafka
+	if k.TLS.Enabled || k.TLS.CA != "" || k.TLS.Cert != "" {
+		tc, err := clientTLS(k.TLS)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	switch strings.ToUpper(k.SASL.Mechanism) {
+	case "":
+	case "PLAIN":
+		opts = append(opts, kgo.SASL(plain.Auth{User: k.SASL.Username, Pass: k.SASL.Password}.AsMechanism()))
+	case "SCRAM-SHA-256":
+		opts = append(opts, kgo.SASL(scram.Auth{User: k.SASL.Username, Pass: k.SASL.Password}.AsSha256Mechanism()))
+	case "SCRAM-SHA-512":
+		opts = append(opts, kgo.SASL(scram.Auth{User: k.SASL.Username, Pass: k.SASL.Password}.AsSha512Mechanism()))
+	default:
+		return nil, fmt.Errorf("kafka.sasl.mechanism=%q: unknown", k.SASL.Mechanism)
+	}
+	return opts, nil
+}
+
+// kgoLogger adapts slog to franz-go's logger; franz-go's info level is
+// chatty (every join and assignment), so it is logged at debug.
+type kgoLogger struct{ log *slog.Logger }
+
+func (l kgoLogger) Level() kgo.LogLevel {
+	ctx := context.Background()
+	switch {
+	case l.log.Enabled(ctx, slog.LevelDebug):
+		return kgo.LogLevelInfo
+	case l.log.Enabled(ctx, slog.LevelWarn):
+		return kgo.LogLevelWarn
+	}
+	return kgo.LogLevelError
+}
+
+func (l kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	switch level {
+	case kgo.LogLevelError:
+		l.log.Error(msg, keyvals...)
+	case kgo.LogLevelWarn:
+		l.log.Warn(msg, keyvals...)
+	default:
+		l.log.Debug(msg, keyvals...)
+	}
+}

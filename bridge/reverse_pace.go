@@ -1,0 +1,146 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// pacer keeps the reverse path from outrunning its subscribers.
+//
+// mochi hands each subscriber's messages to a bounded queue
+// (mqtt.client_writes_pending) and drops them when it is full; QoS 1/2
+// messages also count against the client's in-flight store (mochi's
+// MaximumInflight, 8192), beyond which they are dropped without any hook. A
+// Kafka consumer can read far faster than a socket drains, so before a QoS>0
+// delivery the reverse path waits while a connected subscriber of the topic
+// has limit or more unacknowledged messages: Kafka is the buffer, not the
+// subscriber queue. The wait for one subscriber is bounded by maxWait; a
+// subscriber that exceeds it is marked slow and not waited for again until it
+// has caught up, so one stuck client costs the others at most maxWait per
+// episode (its overflow is then dropped by mochi and counted as
+// ferry_mqtt_subscriber_drops_total). QoS 0 deliveries are best effort and
+// not paced. Disconnected persistent sessions are never waited for.
+type pacer struct {
+	mqtt.HookBase
+	server  *mqtt.Server
+	log     *slog.Logger
+	limit   int
+	maxWait time.Duration
+
+	waiting atomic.Bool
+	wake    chan struct{}
+	slow    map[string]struct{} // reverse goroutine only
+	waits   atomic.Int64        // times a delivery waited (for tests and logs)
+}
+
+func newPacer(server *mqtt.Server, log *slog.Logger, limit int, maxWait time.Duration) *pacer {
+	return &pacer{server: server, log: log, limit: max(limit, 1), maxWait: maxWait,
+		wake: make(chan struct{}, 1), slow: make(map[string]struct{})}
+}
+
+func (p *pacer) ID() string { return "ferry-reverse-pacer" }
+
+func (p *pacer) Provides(b byte) bool {
+	return bytes.Contains([]byte{mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.OnDisconnect}, []byte{b})
+}
+
+func (p *pacer) OnQosComplete(*mqtt.Client, packets.Packet)  { p.signal() }
+func (p *pacer) OnQosDropped(*mqtt.Client, packets.Packet)   { p.signal() }
+func (p *pacer) OnDisconnect(*mqtt.Client, error, bool)      { p.signal() }
+func (p *pacer) signal() {
+	if p.waiting.Load() {
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// wait returns once every connected subscriber of topic is below the limit
+// (or marked slow), or ctx ends. The fast path is one atomic load.
+func (p *pacer) wait(ctx context.Context, topic string) {
+	if atomic.LoadInt64(&p.server.Info.Inflight) < int64(p.limit) {
+		if len(p.slow) > 0 {
+			clear(p.slow)
+		}
+		return
+	}
+	subs := p.server.Topics.Subscribers(topic)
+	for id := range subs.Subscriptions {
+		p.waitClient(ctx, id)
+	}
+	for _, group := range subs.Shared {
+		for id := range group {
+			p.waitClient(ctx, id)
+		}
+	}
+}
+
+func (p *pacer) waitClient(ctx context.Context, id string) {
+	cl, ok := p.server.Clients.Get(id)
+	if !ok || cl.Net.Inline {
+		return
+	}
+	busy := func() bool { return !cl.Closed() && cl.State.Inflight.Len() >= p.limit }
+	if !busy() {
+		delete(p.slow, id)
+		return
+	}
+	if _, ok := p.slow[id]; ok {
+		return
+	}
+	p.waits.Add(1)
+	p.waiting.Store(true)
+	defer p.waiting.Store(false)
+	timer := time.NewTimer(p.maxWait)
+	defer timer.Stop()
+	for busy() {
+		select {
+		case <-p.wake:
+		case <-timer.C:
+			p.slow[id] = struct{}{}
+			p.log.Warn("slow MQTT subscriber: no longer waiting for it; its overflow is dropped and counted",
+				"client", id, "unacked", cl.State.Inflight.Len(), "waited", p.maxWait)
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// drain waits, up to timeout, until no connected client has unacknowledged
+// QoS>0 deliveries, so that offsets committed at shutdown cover only what
+// subscribers have acknowledged.
+func (p *pacer) drain(timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	p.waiting.Store(true)
+	defer p.waiting.Store(false)
+	for {
+		pending := false
+		for _, cl := range p.server.Clients.GetAll() {
+			if !cl.Net.Inline && !cl.Closed() && cl.State.Inflight.Len() > 0 {
+				pending = true
+				break
+			}
+		}
+		left := time.Until(deadline)
+		if !pending {
+			return true
+		}
+		if left <= 0 {
+			return false
+		}
+		t := time.NewTimer(min(left, 50*time.Millisecond))
+		select {
+		case <-p.wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}

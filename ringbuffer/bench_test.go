@@ -1,0 +1,103 @@
+package ringbuffer
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+)
+
+// benchCapacity and benchBatch are shared by BenchmarkRing and
+// BenchmarkChannel so the two compare like for like.
+const (
+	benchCapacity = 1024
+	benchBatch    = 256
+)
+
+type benchMsg struct{ seq uint64 }
+
+var benchProducers = []int{1, 4, 16}
+
+// split gives each of n producers its share of total items.
+func split(total, n, i int) int {
+	share := total / n
+	if i == 0 {
+		share += total % n
+	}
+	return share
+}
+
+// BenchmarkRing: N producers Push b.N pointers in total; one consumer drains
+// them with PopBatch in batches of up to benchBatch. Metric: items/s.
+func BenchmarkRing(b *testing.B) {
+	for _, np := range benchProducers {
+		b.Run(fmt.Sprintf("producers=%d", np), func(b *testing.B) {
+			r := mustNew[*benchMsg](b, benchCapacity)
+			msg := &benchMsg{}
+			ctx := context.Background()
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			for p := range np {
+				n := split(b.N, np, p)
+				wg.Go(func() {
+					for range n {
+						if err := r.Push(ctx, msg); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			dst := make([]*benchMsg, benchBatch)
+			for got := 0; got < b.N; {
+				n, err := r.PopBatch(ctx, dst)
+				if err != nil {
+					b.Fatal(err)
+				}
+				got += n
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "items/s")
+		})
+	}
+}
+
+// BenchmarkChannel is BenchmarkRing with a buffered channel of the same
+// capacity and the same batching consumer (block for one, then take what is
+// there up to benchBatch).
+func BenchmarkChannel(b *testing.B) {
+	for _, np := range benchProducers {
+		b.Run(fmt.Sprintf("producers=%d", np), func(b *testing.B) {
+			ch := make(chan *benchMsg, benchCapacity)
+			msg := &benchMsg{}
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			for p := range np {
+				n := split(b.N, np, p)
+				wg.Go(func() {
+					for range n {
+						ch <- msg
+					}
+				})
+			}
+			dst := make([]*benchMsg, benchBatch)
+			for got := 0; got < b.N; {
+				dst[0] = <-ch
+				n := 1
+			fill:
+				for n < len(dst) {
+					select {
+					case v := <-ch:
+						dst[n] = v
+						n++
+					default:
+						break fill
+					}
+				}
+				got += n
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "items/s")
+		})
+	}
+}

@@ -1,0 +1,55 @@
+// Package ringbuffer is Ferry's hand-off between the MQTT side and the Kafka
+// batcher: a lock-free, bounded, multi-producer multi-consumer FIFO ring,
+// generic over the element type, whose idle consumer sleeps for free and is
+// woken at once.
+//
+// # Design
+//
+// The ring is Dmitry Vyukov's bounded MPMC queue: a power-of-two array of
+// slots, each carrying a sequence number, plus two free-running positions,
+// tail (next push) and head (next pop). A producer claims position p with one
+// CAS on tail when slot p's sequence equals p, writes the value and publishes
+// it by storing p+1; a consumer claims with a CAS on head when the sequence
+// equals p+1, moves the value out, zeroes the slot (so the GC can free the
+// payload) and frees it for the next lap by storing p+capacity. Producers
+// never take a lock. PopBatch claims a whole run of published slots with a
+// single CAS, so the batcher pays one contended operation per batch, not per
+// item. Head and tail sit on their own cache lines.
+//
+// Full is an explicit outcome of every push: TryPush returns false, Push
+// blocks (backpressure) until space frees or its context ends, and PushEvict
+// makes room by removing the oldest item and returning it to the caller (QoS
+// 0 drop-oldest; the caller counts it). Nothing is dropped silently.
+//
+// # Waiting without polling
+//
+// An empty PopBatch spins briefly, then parks: it announces itself in a
+// "parked consumers" counter, checks the ring once more, and blocks on a
+// one-token semaphore (a chan struct{} of capacity 1). Every producer, after
+// publishing, loads that counter and hands over a token only when it is
+// non-zero, so a busy consumer costs producers one atomic load, and the
+// runtime (a non-blocking channel send, which locks internally) is entered
+// only to wake a goroutine that is actually asleep. Because the
+// announcement precedes the re-check and the publication precedes the load
+// (sequentially consistent atomics), either the consumer sees the item or the
+// producer sees the consumer: no lost wake-ups, no timed polling, and a
+// parked consumer burns no CPU. Producers blocked in Push park the same way
+// and are woken by consumers freeing slots. Close sets a closed bit in tail
+// (so no push can start afterwards) and closes a channel that wakes every
+// parked goroutine; consumers then drain what is left and get ErrClosed.
+//
+// # Why not a channel
+//
+// A buffered channel takes a mutex on every send and every receive, and its
+// receiver gets one item per operation. Here producers contend only on one
+// CAS, and the consumer drains up to a batch per CAS without a lock; see
+// BenchmarkRing and BenchmarkChannel. A channel also offers no drop-oldest
+// and no "wake the consumer only when it sleeps" economy.
+//
+// # Why FIFO is enough (no push-back at the head)
+//
+// The batcher never puts a failed batch back: it keeps the batch it popped
+// and retries it itself until Kafka acknowledges it or shutdown fails it.
+// Pushing back would reorder against items that arrived meanwhile and would
+// need a second claim point at the head, so the ring is a plain FIFO.
+package ringbuffer

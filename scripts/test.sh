@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# test.sh - Ferry's one test command (README, `make test` and .ci/run call it).
+#
+# Installs what is missing (Debian packages, paho-mqtt for Python, Go modules, Kafka jars),
+# starts Kafka via scripts/kafka.sh unless one is already running, then runs
+#   gofmt -l (must list nothing), go vet, go test -race
+# and stops the Kafka it started. Exits non-zero on any failure.
+#
+#   scripts/test.sh                      # everything
+#   scripts/test.sh ./internal/...       # some packages
+#   scripts/test.sh -run TestX ./bridge/ # extra `go test` arguments are passed through
+#
+# FERRY_TEST_KAFKA, when already set, names an external Kafka to use instead.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+now_ms() { date +%s%3N; }
+secs_since() { local d=$(($(now_ms) - $1)); printf '%d.%ds' $((d / 1000)) $((d % 1000 / 100)); }
+say() { printf '==> %s\n' "$*" >&2; }
+
+T_START=$(now_ms)
+TIMINGS=()
+phase_start() { PHASE=$1; PHASE_T0=$(now_ms); say "$PHASE"; }
+phase_end() { TIMINGS+=("$PHASE=$(secs_since "$PHASE_T0")"); }
+
+FAILED=()
+KAFKA_STARTED=0
+KAFKA_EXTERNAL=0
+
+summary() {
+	local rc=$?
+	if ((KAFKA_STARTED)); then
+		scripts/kafka.sh down || true
+	fi
+	say "timings: $(printf '%s ' "${TIMINGS[@]}")total=$(secs_since "$T_START")"
+	if ((rc == 0 && ${#FAILED[@]} == 0)); then
+		say "PASS"
+	else
+		say "FAIL: ${FAILED[*]:-exit $rc}"
+	fi
+}
+trap summary EXIT
+
+# ---------------------------------------------------------------- install what is missing
+
+phase_start install
+need_pkgs=()
+command -v mosquitto_pub >/dev/null || need_pkgs+=(mosquitto-clients)
+command -v mosquitto >/dev/null || [[ -x /usr/sbin/mosquitto ]] || need_pkgs+=(mosquitto)
+command -v kcat >/dev/null || need_pkgs+=(kcat)
+command -v java >/dev/null || need_pkgs+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null || need_pkgs+=(maven)
+command -v python3 >/dev/null || need_pkgs+=(python3 python3-pip)
+if ((${#need_pkgs[@]})); then
+	say "apt-get install ${need_pkgs[*]}"
+	SUDO=()
+	[[ $(id -u) -eq 0 ]] || SUDO=(sudo)
+	"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+	"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		"${need_pkgs[@]}" >/dev/null
+fi
+if ! python3 -c 'import paho.mqtt.client' 2>/dev/null; then
+	say "pip install paho-mqtt"
+	python3 -m pip install -q paho-mqtt 2>/dev/null ||
+		python3 -m pip install -q --break-system-packages paho-mqtt
+fi
+phase_end
+
+phase_start "go-mod-download"
+go mod download
+phase_end
+
+# ---------------------------------------------------------------- Kafka
+
+if [[ -n "${FERRY_TEST_KAFKA:-}" ]]; then
+	say "using external Kafka FERRY_TEST_KAFKA=$FERRY_TEST_KAFKA"
+	KAFKA_EXTERNAL=1
+else
+	phase_start kafka-download
+	scripts/kafka.sh fetch
+	phase_end
+
+	phase_start kafka-start
+	if scripts/kafka.sh status >/dev/null; then
+		say "Kafka already running: reusing it and leaving it running"
+	else
+		KAFKA_STARTED=1
+	fi
+	FERRY_TEST_KAFKA=$(scripts/kafka.sh up | tail -n 1)
+	export FERRY_TEST_KAFKA
+	say "FERRY_TEST_KAFKA=$FERRY_TEST_KAFKA"
+	phase_end
+fi
+
+# ---------------------------------------------------------------- checks and tests
+
+# Package patterns among the arguments select what gofmt and vet check; default everything.
+pkgs=()
+for a in "$@"; do
+	case "$a" in
+	./* | ../* | github.com/*) pkgs+=("$a") ;;
+	esac
+done
+test_args=("$@")
+fmt_dirs=(.)
+if ((${#pkgs[@]} == 0)); then
+	pkgs=(./...)
+	test_args+=(./...)
+else
+	fmt_dirs=()
+	for p in "${pkgs[@]}"; do
+		d=${p%/...}
+		d=${d#github.com/ferry-bridge/ferry}
+		d=${d#/}
+		fmt_dirs+=("${d:-.}")
+	done
+fi
+
+phase_start gofmt
+unformatted=$(gofmt -l "${fmt_dirs[@]}" | grep -v '^\.cache/' || true)
+if [[ -n "$unformatted" ]]; then
+	printf 'gofmt: these files need formatting (run gofmt -w):\n%s\n' "$unformatted" >&2
+	FAILED+=(gofmt)
+fi
+phase_end
+
+phase_start "go-vet"
+go vet "${pkgs[@]}" || FAILED+=("go vet")
+phase_end
+
+phase_start "go-test"
+if ! go test -race -count=1 -timeout 30m "${test_args[@]}"; then
+	FAILED+=("go test")
+	if ((KAFKA_EXTERNAL == 0)) && log=$(scripts/kafka.sh log) && [[ -f "$log" ]]; then
+		say "last 50 lines of the Kafka broker log ($log):"
+		tail -n 50 "$log" >&2
+	fi
+fi
+phase_end
+
+((${#FAILED[@]} == 0))

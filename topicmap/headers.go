@@ -1,0 +1,178 @@
+package topicmap
+
+import (
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Standard Kafka header names, defined here and nowhere else. Values are ASCII text:
+// HeaderQoS "0".."2", HeaderRetain "true"/"false", HeaderPacketID and HeaderSeq decimal.
+// Every header whose name starts with "mqtt." or "ferry." is reserved for Ferry.
+const (
+	HeaderMQTTTopic = "mqtt.topic"     // the original MQTT topic
+	HeaderQoS       = "mqtt.qos"       // QoS the message was published with
+	HeaderRetain    = "mqtt.retain"    // retain flag of the publish
+	HeaderClientID  = "mqtt.client_id" // publishing client
+	HeaderPacketID  = "mqtt.packet_id" // MQTT packet id (QoS > 0)
+	HeaderOrigin    = "ferry.origin"   // producing Ferry instance id (loop prevention)
+	HeaderSeq       = "ferry.seq"      // per-instance sequence number (dedup)
+)
+
+// Header is one Kafka record header.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// UserProperty is one MQTT v5 user property (a UTF-8 string pair).
+type UserProperty struct {
+	Key   string
+	Value string
+}
+
+// IsReservedHeader reports whether key is reserved for Ferry's standard headers
+// (prefix "mqtt." or "ferry.").
+func IsReservedHeader(key string) bool {
+	return strings.HasPrefix(key, "mqtt.") || strings.HasPrefix(key, "ferry.")
+}
+
+// UserPropsToHeaders appends one Kafka header per MQTT v5 user property to dst, in order
+// (duplicates kept, as both protocols allow them). Properties with a reserved key are
+// dropped, so a client cannot spoof HeaderOrigin or HeaderSeq; the number dropped is returned.
+func UserPropsToHeaders(dst []Header, props []UserProperty) ([]Header, int) {
+	dropped := 0
+	for _, p := range props {
+		if IsReservedHeader(p.Key) {
+			dropped++
+			continue
+		}
+		dst = append(dst, Header{Key: p.Key, Value: []byte(p.Value)})
+	}
+	return dst, dropped
+}
+
+// HeadersToUserProps appends one MQTT v5 user property per Kafka header to dst, in order.
+// Reserved headers are skipped (they become the MQTT topic, QoS and so on, not properties),
+// as are headers whose key or value is not valid UTF-8 or contains U+0000, which MQTT strings
+// cannot carry; the number of non-reserved headers dropped is returned.
+func HeadersToUserProps(dst []UserProperty, headers []Header) ([]UserProperty, int) {
+	dropped := 0
+	for _, h := range headers {
+		if IsReservedHeader(h.Key) {
+			continue
+		}
+		if !mqttString(h.Key) || !utf8.Valid(h.Value) || strings.IndexByte(string(h.Value), 0) >= 0 {
+			dropped++
+			continue
+		}
+		dst = append(dst, UserProperty{Key: h.Key, Value: string(h.Value)})
+	}
+	return dst, dropped
+}
+
+func mqttString(s string) bool { return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 }
+
+// Standard holds the values carried in the standard headers.
+type Standard struct {
+	Topic    string // HeaderMQTTTopic; omitted when empty
+	QoS      byte   // HeaderQoS
+	Retain   bool   // HeaderRetain
+	ClientID string // HeaderClientID; omitted when empty
+	PacketID uint16 // HeaderPacketID; omitted when 0
+	Origin   string // HeaderOrigin; omitted when empty
+	Seq      uint64 // HeaderSeq; omitted when 0
+}
+
+// AppendHeaders appends s as standard headers to dst.
+func (s Standard) AppendHeaders(dst []Header) []Header {
+	if s.Topic != "" {
+		dst = append(dst, Header{Key: HeaderMQTTTopic, Value: []byte(s.Topic)})
+	}
+	dst = append(dst, Header{Key: HeaderQoS, Value: strconv.AppendUint(nil, uint64(s.QoS), 10)})
+	dst = append(dst, Header{Key: HeaderRetain, Value: strconv.AppendBool(nil, s.Retain)})
+	if s.ClientID != "" {
+		dst = append(dst, Header{Key: HeaderClientID, Value: []byte(s.ClientID)})
+	}
+	if s.PacketID != 0 {
+		dst = append(dst, Header{Key: HeaderPacketID, Value: strconv.AppendUint(nil, uint64(s.PacketID), 10)})
+	}
+	if s.Origin != "" {
+		dst = append(dst, Header{Key: HeaderOrigin, Value: []byte(s.Origin)})
+	}
+	if s.Seq != 0 {
+		dst = append(dst, Header{Key: HeaderSeq, Value: strconv.AppendUint(nil, s.Seq, 10)})
+	}
+	return dst
+}
+
+// ParseStandard reads the standard headers from headers (the first of each name wins).
+// Malformed numeric or boolean values are ignored and leave the zero value; ok reports
+// whether every standard header present was well formed.
+func ParseStandard(headers []Header) (s Standard, ok bool) {
+	ok = true
+	var seen uint8
+	for _, h := range headers {
+		var bit uint8
+		switch h.Key {
+		case HeaderMQTTTopic:
+			bit = 1
+		case HeaderQoS:
+			bit = 2
+		case HeaderRetain:
+			bit = 4
+		case HeaderClientID:
+			bit = 8
+		case HeaderPacketID:
+			bit = 16
+		case HeaderOrigin:
+			bit = 32
+		case HeaderSeq:
+			bit = 64
+		default:
+			continue
+		}
+		if seen&bit != 0 {
+			continue
+		}
+		seen |= bit
+		v := string(h.Value)
+		switch bit {
+		case 1:
+			s.Topic = v
+		case 2:
+			q, err := strconv.ParseUint(v, 10, 8)
+			if err != nil || q > 2 {
+				ok = false
+				continue
+			}
+			s.QoS = byte(q)
+		case 4:
+			r, err := strconv.ParseBool(v)
+			if err != nil {
+				ok = false
+				continue
+			}
+			s.Retain = r
+		case 8:
+			s.ClientID = v
+		case 16:
+			p, err := strconv.ParseUint(v, 10, 16)
+			if err != nil {
+				ok = false
+				continue
+			}
+			s.PacketID = uint16(p)
+		case 32:
+			s.Origin = v
+		case 64:
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				ok = false
+				continue
+			}
+			s.Seq = n
+		}
+	}
+	return s, ok
+}
