@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
 	pahov5 "github.com/eclipse/paho.golang/paho"
+	paho "github.com/eclipse/paho.mqtt.golang"
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -61,6 +61,9 @@ func TestPasswordOK(t *testing.T) {
 		{string(hash), "s3cret", true},
 		{string(hash), "wrong", false},
 		{string(hash), string(hash), false}, // the hash itself is not the password
+		// htpasswd -B writes $2y$: the same algorithm.
+		{"$2y$" + string(hash[4:]), "s3cret", true},
+		{"$2b$" + string(hash[4:]), "s3cret", true},
 	}
 	for _, tt := range tests {
 		if got := passwordOK(tt.stored, []byte(tt.given)); got != tt.want {
@@ -202,9 +205,9 @@ func TestACLDeniesPublishV5(t *testing.T) {
 func TestACLDeniesPublishV3(t *testing.T) {
 	b := startBridge(t, authConfig(t))
 	lost := make(chan error, 1)
-	o := paho.NewClientOptions().AddBroker("tcp://"+b.MQTTAddr()).SetClientID("acl-v3-"+randHex(3)).
+	o := paho.NewClientOptions().AddBroker("tcp://" + b.MQTTAddr()).SetClientID("acl-v3-" + randHex(3)).
 		SetUsername("sensor").SetPassword("hashed-secret").
-		SetAutoReconnect(false).SetConnectRetry(false).SetConnectTimeout(5*time.Second).
+		SetAutoReconnect(false).SetConnectRetry(false).SetConnectTimeout(5 * time.Second).
 		SetConnectionLostHandler(func(_ paho.Client, err error) {
 			select {
 			case lost <- err:

@@ -27,6 +27,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/ferry-bridge/ferry/internal/kafkatest"
 )
@@ -451,6 +452,48 @@ func TestHealthzPprof(t *testing.T) {
 	}
 }
 
+// TestReadyzFlipsWithEmbeddedKafka is the fast variant: an in-process Kafka
+// (kfake) on a fixed port is closed and started again on the same port.
+func TestReadyzFlipsWithEmbeddedKafka(t *testing.T) {
+	port, err := strconv.Atoi(freePort(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	startFake := func() *kfake.Cluster {
+		t.Helper()
+		var c *kfake.Cluster
+		var err error
+		// The port was free a moment ago; retry briefly in case it lingers.
+		waitFor(t, 10*time.Second, "kfake listening on its port", func() bool {
+			c, err = kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port))
+			return err == nil
+		})
+		return c
+	}
+	fake := startFake()
+	t.Cleanup(func() { fake.Close() })
+
+	cfg := testConfig(fmt.Sprintf("127.0.0.1:%d", port))
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	b := startBridge(t, cfg)
+	url := "http://" + b.HTTPAddr() + "/readyz"
+	wait := func(want int) {
+		t.Helper()
+		waitFor(t, 20*time.Second, fmt.Sprintf("/readyz %d", want), func() bool {
+			code, _ := httpStatus(t, url)
+			return code == want
+		})
+	}
+	wait(http.StatusOK)
+	fake.Close()
+	wait(http.StatusServiceUnavailable)
+	if _, body := httpStatus(t, url); !strings.Contains(body, "kafka") {
+		t.Errorf("/readyz body %q does not say Kafka is the problem", body)
+	}
+	fake = startFake()
+	wait(http.StatusOK)
+}
+
 // privateKafka runs a second real Kafka (scripts/kafka.sh with its own state
 // dir and port) that this test may stop and start; the shared one is never
 // touched.
@@ -551,15 +594,22 @@ func TestReadyzFlipsWithKafka(t *testing.T) {
 // countingHandler counts records at or above Info.
 type countingHandler struct {
 	mu   sync.Mutex
-	msgs []string
+	msgs []string // info and above
+	all  []string // every level, for failure reports
 }
 
 func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
 func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	msg := r.Level.String() + " " + r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		msg += " " + a.String()
+		return true
+	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.all = append(h.all, msg)
 	if r.Level >= slog.LevelInfo {
-		h.mu.Lock()
-		h.msgs = append(h.msgs, r.Level.String()+" "+r.Message)
-		h.mu.Unlock()
+		h.msgs = append(h.msgs, msg)
 	}
 	return nil
 }
@@ -595,18 +645,22 @@ func TestNoPerMessageLogs(t *testing.T) {
 	topic := uniqueTopic("logs")
 	c := connectPaho(t, b.MQTTAddr(), "logs-warm-"+randHex(3))
 	if tok := c.Publish(topic, 1, false, "warm-up"); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
-		t.Fatalf("warm-up publish: %v", tok.Error())
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		t.Fatalf("warm-up publish: %v; bridge log:\n%s", tok.Error(), strings.Join(h.all, "\n"))
 	}
 	mark := len(h.snapshot())
 
 	for round := range 3 {
 		c := connectPaho(t, b.MQTTAddr(), fmt.Sprintf("logs-%d-%s", round, randHex(3)))
-		var last paho.Token
+		toks := make([]paho.Token, 0, 100)
 		for i := range 100 {
-			last = c.Publish(topic, byte((i+1)%3), false, "x") // the last one is QoS 1
+			toks = append(toks, c.Publish(topic, byte(i%3), false, "x"))
 		}
-		if !last.WaitTimeout(30*time.Second) || last.Error() != nil {
-			t.Fatalf("publish: %v", last.Error())
+		for _, tok := range toks {
+			if !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+				t.Fatalf("publish: %v", tok.Error())
+			}
 		}
 		c.Disconnect(100)
 	}

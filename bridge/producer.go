@@ -140,7 +140,7 @@ func (l *lane) add(ctx context.Context, r *record) {
 		if len(l.pending) < l.limit || ctx.Err() != nil {
 			l.pending = append(l.pending, r)
 			l.mu.Unlock()
-			signal(l.wake)
+			notify(l.wake)
 			return
 		}
 		l.mu.Unlock()
@@ -155,10 +155,10 @@ func (l *lane) close() {
 	l.mu.Lock()
 	l.closed = true
 	l.mu.Unlock()
-	signal(l.wake)
+	notify(l.wake)
 }
 
-func signal(c chan struct{}) {
+func notify(c chan struct{}) {
 	select {
 	case c <- struct{}{}:
 	default:
@@ -169,7 +169,7 @@ func (l *lane) take() (recs []*record, closed bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	recs, l.pending = l.pending, nil
-	signal(l.space)
+	notify(l.space)
 	return recs, l.closed
 }
 

@@ -50,9 +50,9 @@ func (p *pacer) Provides(b byte) bool {
 	return bytes.Contains([]byte{mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.OnDisconnect}, []byte{b})
 }
 
-func (p *pacer) OnQosComplete(*mqtt.Client, packets.Packet)  { p.signal() }
-func (p *pacer) OnQosDropped(*mqtt.Client, packets.Packet)   { p.signal() }
-func (p *pacer) OnDisconnect(*mqtt.Client, error, bool)      { p.signal() }
+func (p *pacer) OnQosComplete(*mqtt.Client, packets.Packet) { p.signal() }
+func (p *pacer) OnQosDropped(*mqtt.Client, packets.Packet)  { p.signal() }
+func (p *pacer) OnDisconnect(*mqtt.Client, error, bool)     { p.signal() }
 func (p *pacer) signal() {
 	if p.waiting.Load() {
 		select {

@@ -20,6 +20,10 @@
 // blocks (backpressure) until space frees or its context ends, and PushEvict
 // makes room by removing the oldest item and returning it to the caller (QoS
 // 0 drop-oldest; the caller counts it). Nothing is dropped silently.
+// PushEvict claims the oldest item like a consumer but keeps its slot
+// reserved, so tail cannot pass it: v then goes into that very slot, or, if
+// room appeared meanwhile, at tail and the reserved slot is freed. Hence at
+// most one eviction per call, even against concurrent producers.
 //
 // # Waiting without polling
 //
@@ -43,8 +47,10 @@
 // A buffered channel takes a mutex on every send and every receive, and its
 // receiver gets one item per operation. Here producers contend only on one
 // CAS, and the consumer drains up to a batch per CAS without a lock; see
-// BenchmarkRing and BenchmarkChannel. A channel also offers no drop-oldest
-// and no "wake the consumer only when it sleeps" economy.
+// BenchmarkRing and BenchmarkChannel (on the 2-core development machine, 4
+// producers: ~2-3x the items/s, ~20 vs ~60-70 ns of CPU per item). A channel
+// also offers no drop-oldest and no "wake the consumer only when it sleeps"
+// economy.
 //
 // # Why FIFO is enough (no push-back at the head)
 //

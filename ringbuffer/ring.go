@@ -297,8 +297,10 @@ func (r *Ring[T]) PopBatch(ctx context.Context, dst []T) (int, error) {
 			if spin >= spinTight {
 				runtime.Gosched()
 			}
-			if err := ctx.Err(); err != nil && spin >= spinTries {
-				return 0, err
+			if spin >= spinTries {
+				if err := ctx.Err(); err != nil {
+					return 0, err
+				}
 			}
 			continue
 		}
@@ -330,23 +332,27 @@ func (r *Ring[T]) passOnPop() {
 
 // PushEvict appends v; if the ring is full it first removes the oldest item
 // and returns it with didEvict = true (drop-oldest: the caller accounts for
-// the evicted item). At most one item is evicted per call. It never waits on
-// consumers. After Close it returns ErrClosed; if Close lands while it is
-// evicting, it returns the evicted item together with ErrClosed (v was not
-// stored, evicted was removed).
+// the evicted item). At most one item is evicted per call. It never waits for
+// space; at most it waits, briefly, for another goroutine to finish writing
+// or vacating a slot. After Close it returns ErrClosed; if Close lands while
+// it is evicting, it returns the evicted item together with ErrClosed (v was
+// not stored, evicted was removed).
 func (r *Ring[T]) PushEvict(v T) (evicted T, didEvict bool, err error) {
-	for {
+	for spin := 0; ; spin++ {
 		switch r.tryPush(v) {
 		case pushed:
 			return evicted, false, nil
 		case closed:
 			return evicted, false, ErrClosed
 		}
-		pos, ok := r.claimOldest(&evicted)
-		if !ok {
-			continue // no longer full
+		if pos, ok := r.claimOldest(&evicted); ok {
+			return evicted, true, r.replaceHeld(pos, v)
 		}
-		return evicted, true, r.replaceHeld(pos, v)
+		// Full, yet the oldest item is not readable: its producer is still
+		// writing it. That takes nanoseconds unless it was preempted.
+		if spin >= spinTight {
+			runtime.Gosched()
+		}
 	}
 }
 

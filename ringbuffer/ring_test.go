@@ -148,9 +148,9 @@ func TestPushEvict(t *testing.T) {
 	}
 }
 
-// TestPushEvictConcurrent: with producers evicting concurrently, every item
-// is either delivered or returned as evicted, exactly once, and per-producer
-// order holds among delivered items.
+// TestPushEvictConcurrent: with producers evicting concurrently (and one
+// blocking in Push), every item is either delivered or returned as evicted,
+// exactly once, and per-producer order holds among delivered items.
 func TestPushEvictConcurrent(t *testing.T) {
 	const producers, items = 4, stressItems / 20
 	r := mustNew[uint64](t, 8)
@@ -159,7 +159,15 @@ func TestPushEvictConcurrent(t *testing.T) {
 	for p := range producers {
 		wg.Go(func() {
 			for i := range uint64(items) {
-				ev, did, err := r.PushEvict(uint64(p)<<32 | i)
+				v := uint64(p)<<32 | i
+				if p == 0 { // one producer applies backpressure instead
+					if err := r.Push(context.Background(), v); err != nil {
+						t.Errorf("Push: %v", err)
+						return
+					}
+					continue
+				}
+				ev, did, err := r.PushEvict(v)
 				if err != nil {
 					t.Errorf("PushEvict: %v", err)
 					return
@@ -396,9 +404,29 @@ func TestContextCancel(t *testing.T) {
 }
 
 // TestWakeupLatency measures push -> pop with the consumer parked before every
-// push. A timed-polling consumer would show its poll period here.
+// push. A timed-polling consumer would show its poll period here (the
+// reference bridge's 4 ms idle sleep gives a p50 of ~2 ms). The machine is
+// shared, so an attempt whose tail was stretched by the OS descheduling this
+// process is retried; every attempt is logged.
 func TestWakeupLatency(t *testing.T) {
-	const samples = 10_000
+	const attempts = 3
+	for a := 1; ; a++ {
+		p50, p99, pmax := measureWakeup(t, 10_000)
+		t.Logf("attempt %d: wake-up latency over 10000 samples: p50 %v, p99 %v, max %v", a, p50, p99, pmax)
+		if p50 >= 100*time.Microsecond {
+			t.Fatalf("p50 wake-up latency %v, want < 100µs: is the consumer polling?", p50)
+		}
+		if p99 < time.Millisecond {
+			return
+		}
+		if a == attempts {
+			t.Fatalf("p99 wake-up latency %v in %d attempts, want < 1ms", p99, attempts)
+		}
+	}
+}
+
+func measureWakeup(t *testing.T, samples int) (p50, p99, pmax time.Duration) {
+	t.Helper()
 	r := mustNew[time.Time](t, 1024)
 	lat := make([]time.Duration, 0, samples)
 	var popped atomic.Int64
@@ -415,6 +443,7 @@ func TestWakeupLatency(t *testing.T) {
 			popped.Add(1)
 		}
 	}()
+	defer func() { r.Close(); <-done }()
 	for i := range samples {
 		// The previous sample is consumed and the consumer has announced
 		// it is parking (it may still be between the announcement and the
@@ -425,17 +454,11 @@ func TestWakeupLatency(t *testing.T) {
 			t.Fatal("TryPush failed on an empty ring")
 		}
 	}
+	waitFor(t, "the last sample", 10*time.Second, func() bool { return popped.Load() == int64(samples) })
 	r.Close()
 	<-done
-	if len(lat) != samples {
-		t.Fatalf("got %d samples, want %d", len(lat), samples)
-	}
 	slices.Sort(lat)
-	p50, p99, pmax := lat[samples/2], lat[samples*99/100], lat[samples-1]
-	t.Logf("wake-up latency over %d samples: p50 %v, p99 %v, max %v", samples, p50, p99, pmax)
-	if p99 >= time.Millisecond {
-		t.Fatalf("p99 wake-up latency %v, want < 1ms", p99)
-	}
+	return lat[samples/2], lat[samples*99/100], lat[samples-1]
 }
 
 // TestIdleCPU: a parked consumer must not burn CPU.

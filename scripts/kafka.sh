@@ -6,6 +6,10 @@
 #                              bootstrap address, e.g. 127.0.0.1:9092
 #   scripts/kafka.sh down      stop exactly the broker this state dir started (pid file)
 #   scripts/kafka.sh status    print "running ..." (exit 0) or "not running" (exit 1)
+#   scripts/kafka.sh kill      SIGKILL the broker (a crash); its data and ports are kept so
+#                              that the next `up` restarts the same broker with its log intact
+#   scripts/kafka.sh pause     SIGSTOP the broker (it hangs: connections stay open, no answers)
+#   scripts/kafka.sh resume    SIGCONT a paused broker
 #   scripts/kafka.sh addr      print the bootstrap address of the running broker
 #   scripts/kafka.sh log       print the path of the broker log
 #   scripts/kafka.sh fetch     only download the jars into the cache
@@ -215,10 +219,21 @@ cmd_up() {
 		echo "$addr"
 		return 0
 	fi
-	cleanup_state
-
 	local t0 port cport data addr cid
 	t0=$(now_ms)
+	if [[ -f "$STATE/killed" && -f "$DATAFILE" && -f "$PROPS" && -f "$ADDRFILE" ]]; then
+		# Restart after `kill`: same config, ports and data, as after a crash.
+		rm -f "$STATE/killed" "$PIDFILE"
+		addr=$(<"$ADDRFILE")
+		port=${addr##*:}
+		log "restarting killed broker on $addr with its data $(<"$DATAFILE")"
+		start_broker
+		wait_ready "$t0" "$port" "$addr"
+		return 0
+	fi
+	rm -f "$STATE/killed"
+	cleanup_state
+
 	port=$(pick_port "${KAFKA_PORT:-9092}")
 	if [[ -n "${KAFKA_PORT:-}" && "$port" != "$KAFKA_PORT" ]]; then die "KAFKA_PORT $KAFKA_PORT is in use"; fi
 	cport=$(pick_port "${KAFKA_CONTROLLER_PORT:-9093}" "$port")
@@ -234,6 +249,13 @@ cmd_up() {
 		die "storage format failed"
 	fi
 
+	start_broker
+	echo "$addr" >"$ADDRFILE"
+	wait_ready "$t0" "$port" "$addr"
+}
+
+# start_broker starts the JVM in the background with $PROPS.
+start_broker() {
 	# setsid: the broker outlives the calling shell's process group; the inner shell
 	# writes its own pid and execs java, so the pid file names the JVM itself.
 	setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$PIDFILE" \
@@ -242,8 +264,11 @@ cmd_up() {
 		-Dorg.slf4j.simpleLogger.showDateTime=true \
 		-Dorg.slf4j.simpleLogger.dateTimeFormat="yyyy-MM-dd'T'HH:mm:ss.SSS" \
 		-cp "$LIB/*" kafka.Kafka "$PROPS" </dev/null >>"$LOG" 2>&1 8>&- 9>&- &
-	echo "$addr" >"$ADDRFILE"
+}
 
+# wait_ready T0 PORT ADDR waits until the broker answers, prints ADDR last.
+wait_ready() {
+	local t0=$1 port=$2 addr=$3 pid
 	# Wait for the listener, then for a real metadata answer; bounded in time.
 	local deadline=$(($(now_ms) + READY_TIMEOUT * 1000))
 	local i
@@ -280,7 +305,7 @@ cleanup_state() {
 		esac
 		rm -f "$DATAFILE"
 	fi
-	rm -f "$PIDFILE" "$ADDRFILE"
+	rm -f "$PIDFILE" "$ADDRFILE" "$STATE/killed"
 }
 
 cmd_down() {
@@ -310,6 +335,28 @@ cmd_down() {
 	log "stopped broker pid $pid (log kept at $LOG)"
 }
 
+cmd_kill() {
+	mkdir -p "$STATE"
+	exec 9>"$STATE/.lock"
+	flock 9
+	local pid i
+	pid=$(running_pid) || die "not running"
+	kill -KILL "$pid"
+	for ((i = 0; i < 100; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.05
+	done
+	touch "$STATE/killed"
+	log "killed broker pid $pid (data kept; 'up' restarts it)"
+}
+
+cmd_signal() {
+	local sig=$1 pid
+	pid=$(running_pid) || die "not running"
+	kill "-$sig" "$pid"
+	log "sent SIG$sig to broker pid $pid"
+}
+
 cmd_status() {
 	local pid
 	if pid=$(running_pid); then
@@ -332,6 +379,9 @@ main() {
 	up) cmd_up ;;
 	down) cmd_down ;;
 	status) cmd_status ;;
+	kill) cmd_kill ;;
+	pause) cmd_signal STOP ;;
+	resume) cmd_signal CONT ;;
 	addr) cmd_addr ;;
 	log) echo "$LOG" ;;
 	fetch) fetch ;;

@@ -42,6 +42,7 @@ summary() {
 	fi
 }
 trap summary EXIT
+trap 'exit 130' INT TERM HUP
 
 # ---------------------------------------------------------------- install what is missing
 
@@ -134,8 +135,10 @@ phase_start "go-test"
 if ! go test -race -count=1 -timeout 30m "${test_args[@]}"; then
 	FAILED+=("go test")
 	if ((KAFKA_EXTERNAL == 0)) && log=$(scripts/kafka.sh log) && [[ -f "$log" ]]; then
-		say "last 50 lines of the Kafka broker log ($log):"
-		tail -n 50 "$log" >&2
+		say "Kafka broker log: $log; its last WARN/ERROR lines:"
+		grep -E '^[0-9T:.-]+ \[[^]]*\] (WARN|ERROR)' "$log" | tail -n 20 | cut -c1-400 >&2 || true
+		say "and its last 15 lines:"
+		tail -n 15 "$log" | cut -c1-400 >&2
 	fi
 fi
 phase_end

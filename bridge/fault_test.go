@@ -1,0 +1,297 @@
+package bridge
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/ferry-bridge/ferry/internal/kafkatest"
+)
+
+// ackLedger records, per client, which sequence numbers the bridge acked.
+type ackLedger struct {
+	mu    sync.Mutex
+	acked map[string][]bool
+}
+
+func newLedger() *ackLedger { return &ackLedger{acked: make(map[string][]bool)} }
+
+// resilientPublisher publishes seq 0..total-1 as QoS 1 on topic, window by
+// window, like a device: when the connection drops it reconnects and resends
+// every message that was not acknowledged. It records what was acked.
+func resilientPublisher(ctx context.Context, t testing.TB, addr func() string, id, topic string, total, window int, ledger *ackLedger, reconnects *atomic.Int64) error {
+	acked := make([]bool, total)
+	defer func() {
+		ledger.mu.Lock()
+		ledger.acked[topic] = acked
+		ledger.mu.Unlock()
+	}()
+	next := 0
+	for attempt := 0; next < total; attempt++ {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: gave up with %d of %d acked: %w", id, countTrue(acked), total, ctx.Err())
+		}
+		if attempt > 0 {
+			reconnects.Add(1)
+			time.Sleep(100 * time.Millisecond) // reconnect backoff, as a device would
+		}
+		o := paho.NewClientOptions().AddBroker("tcp://" + addr()).SetClientID(id).
+			SetAutoReconnect(false).SetConnectRetry(false).SetCleanSession(true).
+			SetConnectTimeout(3 * time.Second).SetWriteTimeout(5 * time.Second).SetOrderMatters(false)
+		c := paho.NewClient(o)
+		if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+			continue
+		}
+		for next < total && c.IsConnectionOpen() {
+			end := min(next+window, total)
+			var seqs []int
+			var toks []paho.Token
+			for s := next; s < end; s++ {
+				if !acked[s] {
+					seqs = append(seqs, s)
+					toks = append(toks, c.Publish(topic, 1, false, strconv.Itoa(s)))
+				}
+			}
+			failed := false
+			for i, tok := range toks {
+				if tok.WaitTimeout(15*time.Second) && tok.Error() == nil {
+					acked[seqs[i]] = true
+				} else {
+					failed = true
+				}
+			}
+			for next < total && acked[next] {
+				next++
+			}
+			if failed {
+				break
+			}
+		}
+		c.Disconnect(50)
+	}
+	return nil
+}
+
+func countTrue(b []bool) int {
+	n := 0
+	for _, v := range b {
+		if v {
+			n++
+		}
+	}
+	return n
+}
+
+// verifyAcked asserts that every acked message is in Kafka and returns the
+// number of records and duplicates found.
+func verifyAcked(t *testing.T, brokers string, ledger *ackLedger) (acked, records, dups int) {
+	t.Helper()
+	for topic, ok := range ledger.acked {
+		ktopic := kafkaName(t, topic)
+		n := int(kafkatest.RecordCount(t, brokers, ktopic))
+		msgs := kafkatest.ConsumeAll(t, brokers, ktopic, n, 60*time.Second)
+		seen := make(map[int]int)
+		for _, m := range msgs {
+			s, err := strconv.Atoi(string(m.Value))
+			if err != nil {
+				t.Fatalf("%s: foreign record %q", ktopic, m.Value)
+			}
+			seen[s]++
+		}
+		for s, a := range ok {
+			if a {
+				acked++
+				if seen[s] == 0 {
+					t.Errorf("%s: message %d was acknowledged but is not in Kafka", topic, s)
+				}
+			}
+		}
+		for _, c := range seen {
+			dups += c - 1
+		}
+		records += len(msgs)
+	}
+	return acked, records, dups
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// childBridge runs this test binary as a bridge process.
+type childBridge struct {
+	t   *testing.T
+	env []string
+	cmd *exec.Cmd
+}
+
+func (c *childBridge) start() {
+	c.t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), c.env...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	c.cmd = cmd
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "ready ") {
+				close(ready)
+			}
+		}
+		io.Copy(io.Discard, out)
+	}()
+	select {
+	case <-ready:
+	case <-time.After(30 * time.Second):
+		c.t.Fatal("child bridge not ready in 30s")
+	}
+}
+
+func (c *childBridge) kill9() {
+	c.cmd.Process.Signal(syscall.SIGKILL)
+	c.cmd.Wait()
+}
+
+func (c *childBridge) stop() {
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	c.cmd.Wait()
+}
+
+// TestBridgeKill9LosesNothingAcked: the bridge process is killed with
+// SIGKILL in the middle of a QoS 1 stream from 20 reconnecting clients and
+// restarted; every message a client saw acknowledged must be in Kafka.
+func TestBridgeKill9LosesNothingAcked(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	clients, perClient := 20, 10000
+	if raceEnabled {
+		perClient = 1000
+	}
+	mqttAddr := freeAddr(t)
+	child := &childBridge{t: t, env: []string{childEnv + "=1",
+		"FERRY_KAFKA_BROKERS=" + brokers, "FERRY_MQTT_LISTEN=" + mqttAddr, "FERRY_HTTP_LISTEN=",
+		"FERRY_INSTANCE_ID=kill9-" + randHex(3), "FERRY_KAFKA_ACK_TIMEOUT=5s"}}
+	child.start()
+	defer child.stop()
+
+	ledger := newLedger()
+	var reconnects atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	var progress atomic.Int64
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			topic := uniqueTopic(fmt.Sprintf("kill9c%d", i))
+			if err := resilientPublisher(ctx, t, func() string { return mqttAddr }, fmt.Sprintf("kill9-%d", i), topic, perClient, 200, ledger, &reconnects); err != nil {
+				errs <- err
+			}
+			progress.Add(1)
+		}()
+	}
+	// Kill once a good part of the stream went through.
+	time.Sleep(2 * time.Second)
+	child.kill9()
+	t.Logf("bridge killed with SIGKILL; restarting")
+	child.start()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	acked, records, dups := verifyAcked(t, brokers, ledger)
+	t.Logf("kill -9 of the bridge: %d clients x %d QoS1 msgs: acked %d, records in Kafka %d, duplicates %d, reconnects %d",
+		clients, perClient, acked, records, dups, reconnects.Load())
+	if acked != clients*perClient {
+		t.Fatalf("acked %d, want %d: publishers gave up", acked, clients*perClient)
+	}
+}
+
+// TestKafkaKilledMidStream: a dedicated broker is killed (SIGKILL) while
+// QoS 1 clients publish, then restarted. Nothing unacknowledged is acked,
+// nothing acked is lost, /readyz goes false then true, and the bridge
+// resumes by itself.
+func TestKafkaKilledMidStream(t *testing.T) {
+	kb := kafkatest.StartBroker(t)
+	cfg := testConfig(kb.Addr)
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	cfg.Kafka.AckTimeout = 3 * time.Second
+	b := startBridge(t, cfg)
+	ready := func() bool {
+		res, err := http.Get("http://" + b.HTTPAddr() + "/readyz")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	}
+	waitFor(t, 10*time.Second, "readyz true", ready)
+
+	clients, perClient := 5, 4000
+	if raceEnabled {
+		perClient = 1000
+	}
+	ledger := newLedger()
+	var reconnects atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			topic := uniqueTopic(fmt.Sprintf("kkill%d", i))
+			if err := resilientPublisher(ctx, t, b.MQTTAddr, fmt.Sprintf("kkill-%d", i), topic, perClient, 100, ledger, &reconnects); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	kb.Kill()
+	waitFor(t, 15*time.Second, "readyz false after kafka was killed", func() bool { return !ready() })
+	t.Logf("kafka killed; /readyz is false")
+	kb.Up()
+	waitFor(t, 30*time.Second, "readyz true after kafka restarted", ready)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	acked, records, dups := verifyAcked(t, kb.Addr, ledger)
+	t.Logf("kafka kill -9: %d clients x %d QoS1 msgs: acked %d, records %d, duplicates %d, reconnects %d",
+		clients, perClient, acked, records, dups, reconnects.Load())
+	if acked != clients*perClient {
+		t.Fatalf("acked %d, want %d", acked, clients*perClient)
+	}
+}

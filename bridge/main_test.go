@@ -1,0 +1,52 @@
+package bridge
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
+)
+
+// childEnv makes the test binary act as a bridge process (for kill -9 tests):
+// configuration comes from FERRY_* variables, as for cmd/bridge.
+const childEnv = "FERRY_TEST_BRIDGE_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(runChild())
+	}
+	os.Exit(m.Run())
+}
+
+func runChild() int {
+	fs := pflag.NewFlagSet("child", pflag.ContinueOnError)
+	flags := BindFlags(fs)
+	cfg, err := LoadConfig(fs, flags, os.LookupEnv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child config:", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	b, err := New(cfg, log, prometheus.NewRegistry())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child new:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-b.Ready()
+		fmt.Println("ready", b.MQTTAddr())
+	}()
+	if err := b.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "child run:", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,198 @@
+// Command probe measures a Ferry bridge like the reference latency test, in
+// one command. The logic lives in package probe; this is only flag parsing
+// and output files.
+//
+//	probe mqtt-to-kafka --mqtt tcp://127.0.0.1:1883 --kafka 127.0.0.1:9092 \
+//	    --topic /tacos/pub/lf --count 1000000 --qos 1 --payload-size 12 --csv out.csv
+//	probe kafka-to-mqtt --topic /tacos/sub/le --count 200000 --rate 1000 --payload-file data.txt
+//	probe roundtrip --mqtt tcp://a:1883 --reply-mqtt tcp://b:1883 --topic /tacos/pub/lf --rate 1000
+//
+// Exit status: 0 ok, 1 error (a broker unreachable, sends failed), 2 bad
+// usage, 3 a QoS >= 1 run lost messages (the figures are still printed).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/pflag"
+
+	"github.com/ferry-bridge/ferry/probe"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1 // unreachable broker, failed sends, files
+	exitUsage = 2 // bad flags or config
+	exitLost  = 3 // a QoS >= 1 run lost messages
+)
+
+// errUsage marks command-line mistakes.
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil && !errors.Is(err, pflag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "probe:", err)
+	}
+	os.Exit(exitCode(err))
+}
+
+func exitCode(err error) int {
+	switch {
+	case err == nil, errors.Is(err, pflag.ErrHelp):
+		return exitOK
+	case errors.Is(err, errUsage), errors.Is(err, probe.ErrConfig):
+		return exitUsage
+	case errors.Is(err, probe.ErrLost):
+		return exitLost
+	default:
+		return exitError
+	}
+}
+
+const usage = `probe measures Ferry's latency and delivery, both ways.
+
+Usage:
+  probe mqtt-to-kafka [flags]   publish on MQTT, consume the mapped Kafka topic
+  probe kafka-to-mqtt [flags]   produce to Kafka, subscribe on MQTT
+  probe roundtrip [flags]       publish on MQTT, subscribe where the bridge routes it back
+  probe <command> --help        flags of a command
+
+Exit status: 0 ok, 1 error (broker unreachable, send failed), 2 bad usage,
+3 a QoS >= 1 run lost messages.
+`
+
+// run parses args (without the program name) and runs one probe command.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("%w: no command", errUsage)
+	}
+	var d probe.Direction
+	switch args[0] {
+	case "mqtt-to-kafka", "kafka-to-mqtt", "roundtrip":
+		d = probe.Direction(args[0])
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("%w: unknown command %q", errUsage, args[0])
+	}
+	cfg, files, err := parseFlags(d, args[1:], stderr)
+	if err != nil {
+		return err
+	}
+	env := probe.Env{Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	if isTerminal(stdout) {
+		env.Progress = stdout
+	}
+	res, runErr := probe.Run(ctx, d, cfg, env)
+	if res == nil {
+		return runErr
+	}
+	if err := probe.WriteTable(stdout, res); err != nil {
+		return errors.Join(runErr, err)
+	}
+	if files.csv != "" {
+		if err := writeFile(files.csv, func(w io.Writer) error { return probe.WriteCSV(w, res.Rows) }); err != nil {
+			return errors.Join(runErr, err)
+		}
+	}
+	if files.raw != "" {
+		if err := writeFile(files.raw, func(w io.Writer) error { return probe.WriteRaw(w, res.Raw()) }); err != nil {
+			return errors.Join(runErr, err)
+		}
+	}
+	return runErr
+}
+
+type outFiles struct{ csv, raw string }
+
+func parseFlags(d probe.Direction, args []string, stderr io.Writer) (probe.Config, outFiles, error) {
+	cfg := probe.DefaultConfig(d)
+	var files outFiles
+	fs := pflag.NewFlagSet("probe "+string(d), pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.SortFlags = false
+	fs.StringVar(&cfg.MQTT, "mqtt", cfg.MQTT, "MQTT broker URL (tcp://host:port)")
+	fs.StringSliceVar(&cfg.Kafka, "kafka", cfg.Kafka, "Kafka bootstrap brokers, comma-separated")
+	fs.StringVar(&cfg.Topic, "topic", cfg.Topic, "MQTT topic")
+	if d != probe.Roundtrip {
+		fs.StringVar(&cfg.KafkaTopic, "kafka-topic", "", "Kafka topic (default: the bridge's default mapping of --topic, e.g. /tacos/pub/lf -> _tacos_pub_lf)")
+	}
+	if d == probe.Roundtrip {
+		fs.StringVar(&cfg.ReplyMQTT, "reply-mqtt", "", "MQTT broker URL of the subscribers (default --mqtt; another bridge instance sharing the Kafka cluster)")
+		fs.StringVar(&cfg.ReplyTopic, "reply-topic", "", "MQTT topic the bridge publishes the messages back on (default --topic, needs --reply-mqtt)")
+	}
+	fs.IntVar(&cfg.Count, "count", cfg.Count, "measured messages")
+	fs.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "warm-up messages sent first, excluded from the figures")
+	fs.IntVar(&cfg.QoS, "qos", cfg.QoS, "MQTT QoS of publishes and subscriptions (0, 1, 2)")
+	fs.IntVar(&cfg.PayloadSize, "payload-size", cfg.PayloadSize, "payload bytes, at least 12 (the stamp); with --payload-file default 12 + file size")
+	fs.StringVar(&cfg.PayloadFile, "payload-file", "", "fill the payload after the 12-byte stamp with this file's content (repeated or truncated to --payload-size)")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "total messages/s, open loop with latency from the intended send time; 0 = closed loop (wait for each ack)")
+	fs.IntVar(&cfg.Clients, "clients", cfg.Clients, "MQTT publishers (Kafka producer goroutines for kafka-to-mqtt)")
+	if d != probe.MQTTToKafka {
+		fs.IntVar(&cfg.Subscribers, "subscribers", cfg.Subscribers, "MQTT subscribers, each receiving every message")
+	}
+	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "how long to wait for stragglers after the last send")
+	fs.DurationVar(&cfg.ConnectTimeout, "connect-timeout", cfg.ConnectTimeout, "bound on connecting to MQTT and Kafka")
+	fs.StringVar(&cfg.Username, "username", "", "MQTT username")
+	fs.StringVar(&cfg.Password, "password", "", "MQTT password")
+	if d == probe.KafkaToMQTT {
+		fs.BoolVar(&cfg.CreateTopic, "create-topic", false, "create the Kafka topic if missing (1 partition, LogAppendTime)")
+	}
+	fs.StringVar(&files.csv, "csv", "", "write the figures as CSV (header + one row per direction and metric)")
+	fs.StringVar(&files.raw, "raw", "", "write one line per message: seq,send_ns,append_ms,recv_ns")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return cfg, files, err
+		}
+		return cfg, files, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return cfg, files, fmt.Errorf("%w: unexpected arguments %s", errUsage, strings.Join(fs.Args(), " "))
+	}
+	if cfg.PayloadFile != "" && !fs.Changed("payload-size") {
+		cfg.PayloadSize = 0 // 12 + file size
+	}
+	cfg.Raw = files.raw != ""
+	return cfg, files, cfg.Validate(d)
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", path, err)
+	}
+	return nil
+}
+
+// isTerminal reports whether w is a character device (a terminal): the
+// progress line is written only there.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,156 @@
+package probe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+)
+
+// errTimeout is wrapped when a token does not complete in time.
+var errTimeout = errors.New("timed out")
+
+// connectMQTT opens one MQTT 3.1.1 client connection.
+func connectMQTT(cfg Config, url, id string, log *slog.Logger) (paho.Client, error) {
+	opts := paho.NewClientOptions().
+		AddBroker(url).
+		SetClientID(id).
+		SetCleanSession(true).
+		SetAutoReconnect(false).
+		SetConnectRetry(false).
+		SetConnectTimeout(cfg.ConnectTimeout).
+		SetKeepAlive(30 * time.Second).
+		SetConnectionLostHandler(func(_ paho.Client, err error) {
+			log.Warn("mqtt connection lost", "client", id, "broker", url, "err", err)
+		})
+	if cfg.Username != "" {
+		opts.SetUsername(cfg.Username).SetPassword(cfg.Password)
+	}
+	c := paho.NewClient(opts)
+	tok := c.Connect()
+	if err := waitToken(tok, cfg.ConnectTimeout); err != nil {
+		return nil, fmt.Errorf("%w: connect to %s as %s: %w", ErrMQTTUnreachable, url, id, err)
+	}
+	return c, nil
+}
+
+// connectMany connects n clients concurrently; on error it disconnects
+// those that did connect.
+func connectMany(cfg Config, url, prefix string, n int, log *slog.Logger) ([]paho.Client, error) {
+	clients := make([]paho.Client, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			clients[i], errs[i] = connectMQTT(cfg, url, fmt.Sprintf("%s-%d", prefix, i), log)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		disconnectAll(clients)
+		return nil, err
+	}
+	return clients, nil
+}
+
+func disconnectAll(clients []paho.Client) {
+	for _, c := range clients {
+		if c != nil && c.IsConnected() {
+			c.Disconnect(100)
+		}
+	}
+}
+
+func waitToken(tok paho.Token, d time.Duration) error {
+	if !tok.WaitTimeout(d) {
+		return fmt.Errorf("no answer after %v: %w", d, errTimeout)
+	}
+	return tok.Error()
+}
+
+// subscribe subscribes c to topic and fails if the broker refuses it.
+func subscribe(c paho.Client, url, topic string, qos byte, timeout time.Duration, h paho.MessageHandler) error {
+	tok := c.Subscribe(topic, qos, h)
+	if err := waitToken(tok, timeout); err != nil {
+		return fmt.Errorf("%w: subscribe %q on %s: %w", ErrMQTTUnreachable, topic, url, err)
+	}
+	if st, ok := tok.(*paho.SubscribeToken); ok {
+		if code, ok := st.Result()[topic]; ok && code == 0x80 {
+			return fmt.Errorf("%w: subscribe %q on %s: refused by the broker (SUBACK 0x80)", ErrMQTTUnreachable, topic, url)
+		}
+	}
+	return nil
+}
+
+// mqttSender publishes one client's messages. Closed loop: each publish
+// waits for its token (PUBACK at QoS 1). Open loop: publishes are
+// pipelined; a waiter goroutine collects the tokens in order, at most
+// maxInflight outstanding.
+type mqttSender struct {
+	c       paho.Client
+	url     string
+	topic   string
+	qos     byte
+	timeout time.Duration
+	open    bool
+
+	tokens chan paho.Token
+	done   chan struct{}
+	err    error // first token error, set by the waiter before done closes
+}
+
+const maxInflight = 16384 // below paho's 65535 packet ids
+
+func newMQTTSender(c paho.Client, url, topic string, qos byte, timeout time.Duration, open bool) *mqttSender {
+	s := &mqttSender{c: c, url: url, topic: topic, qos: qos, timeout: timeout, open: open}
+	if open {
+		s.tokens = make(chan paho.Token, maxInflight)
+		s.done = make(chan struct{})
+		go s.wait()
+	}
+	return s
+}
+
+func (s *mqttSender) wait() {
+	defer close(s.done)
+	for tok := range s.tokens {
+		if err := waitToken(tok, s.timeout); err != nil && s.err == nil {
+			s.err = fmt.Errorf("%w: publish to %s on %s: %w", ErrSend, s.topic, s.url, err)
+		}
+	}
+}
+
+func (s *mqttSender) send(ctx context.Context, _ uint32, payload []byte) error {
+	tok := s.c.Publish(s.topic, s.qos, false, payload)
+	if !s.open {
+		if err := waitToken(tok, s.timeout); err != nil {
+			return fmt.Errorf("%w: publish to %s on %s: %w", ErrSend, s.topic, s.url, err)
+		}
+		return nil
+	}
+	select {
+	case s.tokens <- tok:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *mqttSender) flush(ctx context.Context) error {
+	if !s.open {
+		return nil
+	}
+	close(s.tokens)
+	select {
+	case <-s.done:
+		return s.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

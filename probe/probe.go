@@ -1,0 +1,235 @@
+// Package probe measures Ferry the way the reference test did, in one
+// command and to the microsecond: it publishes and subscribes MQTT, produces
+// and consumes Kafka, stamps every message (package stamp), joins what it
+// sent with what it received and reports loss, duplicates, reordering,
+// throughput and latency distributions (package stats) as a table, a CSV
+// and an optional per-message raw file.
+//
+// Three directions are measured: MQTT -> Kafka (Kafka-append latency from
+// the record's LogAppendTime, and end-to-end latency to the probe's own
+// consumer), Kafka -> MQTT, and the MQTT -> Kafka -> MQTT round trip.
+package probe
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/ferry-bridge/ferry/probe/stamp"
+)
+
+// Direction names a measured path.
+type Direction string
+
+// The directions the probe measures; the names are the CLI subcommands and
+// the CSV "direction" column.
+const (
+	MQTTToKafka Direction = "mqtt-to-kafka"
+	KafkaToMQTT Direction = "kafka-to-mqtt"
+	Roundtrip   Direction = "roundtrip"
+)
+
+// Metric names used in results and in the CSV "metric" column.
+const (
+	// MetricAppend is Kafka LogAppendTime minus the send time.
+	MetricAppend = "append"
+	// MetricE2E is the receive time minus the send time.
+	MetricE2E = "e2e"
+)
+
+// Errors returned by Run. Failures are wrapped with the details (which
+// broker, which topic, how many messages).
+var (
+	// ErrConfig means the Config is invalid.
+	ErrConfig = errors.New("probe: invalid config")
+	// ErrMQTTUnreachable means an MQTT connection or subscription failed.
+	ErrMQTTUnreachable = errors.New("mqtt unreachable")
+	// ErrKafkaUnreachable means the Kafka cluster could not be reached.
+	ErrKafkaUnreachable = errors.New("kafka unreachable")
+	// ErrTopicMissing means the Kafka topic to produce to does not exist.
+	ErrTopicMissing = errors.New("kafka topic missing")
+	// ErrLost means a QoS >= 1 run lost messages (results are still
+	// returned).
+	ErrLost = errors.New("messages lost")
+	// ErrSend means publishes or produces failed.
+	ErrSend = errors.New("send failed")
+)
+
+// Config is one probe run. Zero fields take the defaults of DefaultConfig.
+type Config struct {
+	// MQTT is the broker URL publishers and subscribers connect to.
+	// Default: tcp://127.0.0.1:1883.
+	MQTT string
+	// ReplyMQTT is the broker URL the roundtrip subscribers connect to.
+	// Default: MQTT.
+	ReplyMQTT string
+	// Username and Password authenticate MQTT clients. Default: none.
+	Username, Password string
+	// Kafka is the bootstrap broker list. Default: 127.0.0.1:9092.
+	Kafka []string
+	// Topic is the MQTT topic. Default: /tacos/pub/lf for mqtt-to-kafka and
+	// roundtrip, /tacos/sub/le for kafka-to-mqtt.
+	Topic string
+	// KafkaTopic is the Kafka topic. Default: the bridge's default mapping
+	// of Topic (every '/' becomes '_').
+	KafkaTopic string
+	// ReplyTopic is the MQTT topic roundtrip subscribers listen on.
+	// Default: Topic (which then needs ReplyMQTT to be another bridge
+	// instance).
+	ReplyTopic string
+	// Count is the number of measured messages. Default: 10000.
+	Count int
+	// Warmup is the number of messages sent first and excluded from the
+	// figures. Default: 0.
+	Warmup int
+	// QoS is the MQTT QoS of publishes and subscriptions (0, 1, 2).
+	// Default: 0 in the zero Config; the CLI defaults to 1.
+	QoS int
+	// PayloadSize is the payload length in bytes, at least 12 (the stamp).
+	// Default: 12, or 12 + the file's length with PayloadFile.
+	PayloadSize int
+	// PayloadFile, if set, fills the payload after the stamp with the
+	// file's content, repeated or truncated to PayloadSize.
+	PayloadFile string
+	// Rate is the total send rate in messages per second: open loop,
+	// latency measured from the intended send time (coordinated-omission
+	// correction). 0 means closed loop: each client waits for the previous
+	// send to complete (PUBACK / Kafka ack) before the next.
+	Rate float64
+	// Clients is the number of MQTT publishers or Kafka producer
+	// goroutines. Default: 1.
+	Clients int
+	// Subscribers is the number of MQTT subscribers (kafka-to-mqtt and
+	// roundtrip); each must receive every message. Default: 1.
+	Subscribers int
+	// Timeout is how long to wait for stragglers after the last send.
+	// Default: 10s.
+	Timeout time.Duration
+	// ConnectTimeout bounds connecting to MQTT and Kafka. Default: 5s.
+	ConnectTimeout time.Duration
+	// CreateTopic lets kafka-to-mqtt create a missing Kafka topic (1
+	// partition, replication 1, LogAppendTime). Default: false.
+	CreateTopic bool
+	// Raw keeps one line per message for WriteRaw. Default: false.
+	Raw bool
+}
+
+// DefaultConfig returns the defaults for direction d.
+func DefaultConfig(d Direction) Config {
+	topic := "/tacos/pub/lf"
+	if d == KafkaToMQTT {
+		topic = "/tacos/sub/le"
+	}
+	return Config{
+		MQTT:           "tcp://127.0.0.1:1883",
+		Kafka:          []string{"127.0.0.1:9092"},
+		Topic:          topic,
+		Count:          10000,
+		QoS:            1,
+		PayloadSize:    stamp.Size,
+		Clients:        1,
+		Subscribers:    1,
+		Timeout:        10 * time.Second,
+		ConnectTimeout: 5 * time.Second,
+	}
+}
+
+// withDefaults fills zero fields; it never mutates the caller's Config.
+func (c Config) withDefaults(d Direction) Config {
+	def := DefaultConfig(d)
+	if c.MQTT == "" {
+		c.MQTT = def.MQTT
+	}
+	if c.ReplyMQTT == "" {
+		c.ReplyMQTT = c.MQTT
+	}
+	if len(c.Kafka) == 0 {
+		c.Kafka = def.Kafka
+	}
+	if c.Topic == "" {
+		c.Topic = def.Topic
+	}
+	if c.ReplyTopic == "" {
+		c.ReplyTopic = c.Topic
+	}
+	if c.Count == 0 {
+		c.Count = def.Count
+	}
+	if c.Clients == 0 {
+		c.Clients = def.Clients
+	}
+	if c.Subscribers == 0 {
+		c.Subscribers = def.Subscribers
+	}
+	if c.Timeout == 0 {
+		c.Timeout = def.Timeout
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = def.ConnectTimeout
+	}
+	return c
+}
+
+// Validate checks c for direction d (after defaults) and names the bad
+// field and value.
+func (c Config) Validate(d Direction) error {
+	c = c.withDefaults(d)
+	bad := func(field string, v any, why string) error {
+		return fmt.Errorf("%w: %s=%v: %s", ErrConfig, field, v, why)
+	}
+	switch d {
+	case MQTTToKafka, KafkaToMQTT, Roundtrip:
+	default:
+		return bad("direction", d, "want mqtt-to-kafka, kafka-to-mqtt or roundtrip")
+	}
+	switch {
+	case c.Count < 1:
+		return bad("count", c.Count, "must be at least 1")
+	case c.Warmup < 0:
+		return bad("warmup", c.Warmup, "must not be negative")
+	case int64(c.Count)+int64(c.Warmup) > math.MaxUint32:
+		return bad("count", c.Count, "count + warmup must fit in 32 bits")
+	case c.QoS < 0 || c.QoS > 2:
+		return bad("qos", c.QoS, "must be 0, 1 or 2")
+	case c.PayloadSize != 0 && c.PayloadSize < stamp.Size:
+		return bad("payload-size", c.PayloadSize, fmt.Sprintf("must be at least %d (the stamp)", stamp.Size))
+	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
+		return bad("rate", c.Rate, "must be a positive number, or 0 for closed loop")
+	case c.Clients < 1:
+		return bad("clients", c.Clients, "must be at least 1")
+	case c.Subscribers < 1:
+		return bad("subscribers", c.Subscribers, "must be at least 1")
+	case c.Timeout < 0:
+		return bad("timeout", c.Timeout, "must not be negative")
+	case c.ConnectTimeout < 0:
+		return bad("connect-timeout", c.ConnectTimeout, "must not be negative")
+	}
+	if d == Roundtrip && c.ReplyMQTT == c.MQTT && c.ReplyTopic == c.Topic {
+		return bad("reply-topic", c.ReplyTopic, "equals --topic on the same broker: the subscriber would get the "+
+			"broker's local delivery, not the Kafka round trip; give --reply-mqtt (a second bridge instance) "+
+			"or a --reply-topic the bridge routes back from Kafka")
+	}
+	if d == MQTTToKafka && c.Subscribers > 1 {
+		return bad("subscribers", c.Subscribers, "mqtt-to-kafka has one Kafka consumer")
+	}
+	return nil
+}
+
+// Env carries what a run needs from its caller besides the Config.
+type Env struct {
+	// Logger receives diagnostics. Default: discard.
+	Logger *slog.Logger
+	// Progress, if non-nil, receives a live progress line (carriage
+	// returns) about twice a second. Pass it only when it is a terminal.
+	Progress io.Writer
+}
+
+func (e Env) logger() *slog.Logger {
+	if e.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return e.Logger
+}

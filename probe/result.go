@@ -1,0 +1,204 @@
+package probe
+
+import (
+	"bufio"
+	"encoding/csv"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/ferry-bridge/ferry/probe/stats"
+)
+
+// Row is one (direction, metric) line of a result.
+type Row struct {
+	Direction Direction
+	Metric    string
+	// Counts are the delivery figures (shared by the metrics of one
+	// direction).
+	Counts stats.Counts
+	// ThroughputMsgS is the distinct measured messages received per second,
+	// from the intended send time of the first measured message to the
+	// arrival of the last.
+	ThroughputMsgS float64
+	// Figures are the latency figures in ms; valid only when Available.
+	Figures stats.Figures
+	// Available is false when the metric could not be measured (e.g. the
+	// topic's records carry CreateTime, not LogAppendTime); Status says
+	// why.
+	Available bool
+	Status    string
+	// Negative counts samples below 0 recorded as 0 (append: a sub-ms
+	// append against a whole-ms LogAppendTime).
+	Negative int64
+
+	QoS          int
+	PayloadBytes int
+	Rate         float64
+	Clients      int
+	Subscribers  int
+	Warmup       int
+}
+
+// Result is the outcome of one run.
+type Result struct {
+	Direction Direction
+	// Config is the run's configuration with defaults applied.
+	Config Config
+	// KafkaTopic is the Kafka topic used ("" for roundtrip).
+	KafkaTopic   string
+	PayloadBytes int
+	Rows         []Row
+	// Checks are the self-check lines printed with the results.
+	Checks []string
+	// Foreign counts received messages that were not this run's.
+	Foreign int64
+
+	raw []RawLine
+}
+
+// RawLine is one line of the raw file: a message and one of its arrivals.
+// A lost message has one line with RecvNs 0; a duplicated one has one line
+// per arrival.
+type RawLine struct {
+	Seq      uint32
+	SendNs   int64 // actual send time, Unix ns
+	AppendMs int64 // Kafka LogAppendTime, Unix ms; -1 when none
+	RecvNs   int64 // receive time, Unix ns; 0 when never received
+}
+
+// Raw returns the per-message lines (nil unless Config.Raw).
+func (r *Result) Raw() []RawLine { return r.raw }
+
+// CSVHeader is the first line of the CSV file. The first 19 columns are a
+// contract; more may be appended at the end.
+var CSVHeader = []string{
+	"direction", "metric", "count", "lost", "duplicated", "reordered", "throughput_msg_s",
+	"min_ms", "avg_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms",
+	"qos", "payload_bytes", "rate", "clients",
+	"subscribers", "warmup", "status", "negative_clamped",
+}
+
+func ms(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
+
+// csvRecord renders a row; unavailable latency figures are empty cells.
+func (row Row) csvRecord() []string {
+	c := row.Counts
+	lat := make([]string, 8)
+	if row.Available {
+		f := row.Figures
+		for i, v := range []float64{f.Min, f.Avg, f.P50, f.P90, f.P95, f.P99, f.P999, f.Max} {
+			lat[i] = ms(v)
+		}
+	}
+	rec := []string{
+		string(row.Direction), row.Metric,
+		strconv.FormatInt(c.Received, 10), strconv.FormatInt(c.Lost(), 10),
+		strconv.FormatInt(c.Duplicated, 10), strconv.FormatInt(c.Reordered, 10),
+		strconv.FormatFloat(row.ThroughputMsgS, 'f', 1, 64),
+	}
+	rec = append(rec, lat...)
+	return append(rec,
+		strconv.Itoa(row.QoS), strconv.Itoa(row.PayloadBytes),
+		strconv.FormatFloat(row.Rate, 'f', -1, 64), strconv.Itoa(row.Clients),
+		strconv.Itoa(row.Subscribers), strconv.Itoa(row.Warmup), row.Status,
+		strconv.FormatInt(row.Negative, 10),
+	)
+}
+
+// WriteCSV writes the header and one line per row.
+func WriteCSV(w io.Writer, rows []Row) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write(CSVHeader); err != nil {
+		return fmt.Errorf("write csv: %w", err)
+	}
+	for _, row := range rows {
+		if err := cw.Write(row.csvRecord()); err != nil {
+			return fmt.Errorf("write csv: %w", err)
+		}
+	}
+	cw.Flush()
+	if err := cw.Error(); err != nil {
+		return fmt.Errorf("write csv: %w", err)
+	}
+	return nil
+}
+
+// WriteRaw writes the per-message lines: seq,send_ns,append_ms,recv_ns.
+// Empty append_ms: no LogAppendTime; empty recv_ns: never received.
+func WriteRaw(w io.Writer, lines []RawLine) error {
+	bw := bufio.NewWriter(w)
+	fmt.Fprintln(bw, "seq,send_ns,append_ms,recv_ns")
+	buf := make([]byte, 0, 64)
+	for _, l := range lines {
+		buf = strconv.AppendUint(buf[:0], uint64(l.Seq), 10)
+		buf = append(buf, ',')
+		buf = strconv.AppendInt(buf, l.SendNs, 10)
+		buf = append(buf, ',')
+		if l.AppendMs >= 0 {
+			buf = strconv.AppendInt(buf, l.AppendMs, 10)
+		}
+		buf = append(buf, ',')
+		if l.RecvNs != 0 {
+			buf = strconv.AppendInt(buf, l.RecvNs, 10)
+		}
+		buf = append(buf, '\n')
+		if _, err := bw.Write(buf); err != nil {
+			return fmt.Errorf("write raw: %w", err)
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("write raw: %w", err)
+	}
+	return nil
+}
+
+// WriteTable prints the result for humans: the reference's table (avg, max,
+// 50%, 90%, 99%), then the rest of the figures and the self-check.
+func WriteTable(w io.Writer, r *Result) error {
+	var b strings.Builder
+	c := r.Config
+	loop := "closed loop (no --rate)"
+	if c.Rate > 0 {
+		loop = fmt.Sprintf("open loop at %g msg/s", c.Rate)
+	}
+	path := c.Topic + " -> " + r.KafkaTopic
+	switch r.Direction {
+	case KafkaToMQTT:
+		path = r.KafkaTopic + " -> " + c.Topic
+	case Roundtrip:
+		path = c.Topic + " @ " + c.MQTT + " -> " + c.ReplyTopic + " @ " + c.ReplyMQTT
+	}
+	fmt.Fprintf(&b, "probe %s: %s, %d msgs (+%d warm-up), QoS %d, %d B payload, %d clients, %d subscribers, %s\n\n",
+		r.Direction, path, c.Count, c.Warmup, c.QoS, r.PayloadBytes, c.Clients, c.Subscribers, loop)
+
+	fmt.Fprintf(&b, "%-14s %-7s %10s %10s %10s %10s %10s   (ms)\n", "direction", "metric", "avg", "max", "50%", "90%", "99%")
+	for _, row := range r.Rows {
+		fmt.Fprintf(&b, "%-14s %-7s ", row.Direction, row.Metric)
+		if !row.Available {
+			fmt.Fprintf(&b, "%s\n", row.Status)
+			continue
+		}
+		f := row.Figures
+		fmt.Fprintf(&b, "%10s %10s %10s %10s %10s\n", ms(f.Avg), ms(f.Max), ms(f.P50), ms(f.P90), ms(f.P99))
+	}
+	fmt.Fprintf(&b, "\n%-14s %-7s %9s %7s %6s %7s %11s %10s %10s %10s\n",
+		"direction", "metric", "count", "lost", "dup", "reord", "msg/s", "min", "95%", "99.9%")
+	for _, row := range r.Rows {
+		cn := row.Counts
+		fmt.Fprintf(&b, "%-14s %-7s %9d %7d %6d %7d %11.1f ", row.Direction, row.Metric,
+			cn.Received, cn.Lost(), cn.Duplicated, cn.Reordered, row.ThroughputMsgS)
+		if row.Available {
+			f := row.Figures
+			fmt.Fprintf(&b, "%10s %10s %10s", ms(f.Min), ms(f.P95), ms(f.P999))
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\nself-check:\n")
+	for _, l := range r.Checks {
+		b.WriteString("  " + l + "\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -1,0 +1,291 @@
+package probe
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/ferry-bridge/ferry/probe/stamp"
+	"github.com/ferry-bridge/ferry/probe/stats"
+	"github.com/ferry-bridge/ferry/topicmap"
+)
+
+// Run measures direction d. It returns the result even when it also returns
+// ErrLost (a QoS >= 1 run lost messages); other errors (bad config,
+// unreachable brokers, failed sends) come with a nil result.
+func Run(ctx context.Context, d Direction, cfg Config, env Env) (*Result, error) {
+	if err := cfg.Validate(d); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults(d)
+	template, err := payloadTemplate(cfg)
+	if err != nil {
+		return nil, err
+	}
+	r := &runner{
+		dir: d, cfg: cfg, env: env, log: env.logger(), clk: newClock(), template: template,
+		res: &Result{Direction: d, Config: cfg, PayloadBytes: len(template)},
+	}
+	r.cfg.PayloadSize = len(template)
+	r.res.Config = r.cfg
+	if d != Roundtrip {
+		r.kafkaTopic = cfg.KafkaTopic
+		if r.kafkaTopic == "" {
+			if r.kafkaTopic, err = topicmap.EncodeTopic(cfg.Topic); err != nil {
+				return nil, fmt.Errorf("%w: topic=%q has no default Kafka mapping (give --kafka-topic): %w", ErrConfig, cfg.Topic, err)
+			}
+		}
+		r.res.KafkaTopic = r.kafkaTopic
+	}
+	r.gen = newGenerator(r.clk, uint32(cfg.Warmup), uint32(cfg.Count), cfg.Rate, template)
+	r.cpuUser, r.cpuSys, _ = cpuTime()
+	r.startNs = r.clk.now()
+	switch d {
+	case MQTTToKafka:
+		err = r.mqttToKafka(ctx)
+	case KafkaToMQTT:
+		err = r.kafkaToMQTT(ctx)
+	case Roundtrip:
+		err = r.roundtrip(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return r.finish()
+}
+
+// payloadTemplate builds the payload every message copies before stamping.
+func payloadTemplate(cfg Config) ([]byte, error) {
+	var fill []byte
+	size := cfg.PayloadSize
+	if cfg.PayloadFile != "" {
+		b, err := os.ReadFile(cfg.PayloadFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: payload-file: %w", ErrConfig, err)
+		}
+		fill = b
+		if size == 0 {
+			size = stamp.Size + len(b)
+		}
+	}
+	if size == 0 {
+		size = stamp.Size
+	}
+	p, err := stamp.Payload(size, fill)
+	if err != nil {
+		return nil, fmt.Errorf("%w: payload-size=%d: %w", ErrConfig, size, err)
+	}
+	return p, nil
+}
+
+// runner holds one run's state.
+type runner struct {
+	dir        Direction
+	cfg        Config
+	env        Env
+	log        *slog.Logger
+	clk        clock
+	template   []byte
+	kafkaTopic string
+	gen        *generator
+	streams    []*stream
+	received   atomic.Int64
+	startNs    int64
+	endNs      int64
+	complete   bool
+	cpuUser    time.Duration
+	cpuSys     time.Duration
+	res        *Result
+	checks     []string
+}
+
+func (r *runner) newStreams(n int, withAppend bool) []*stream {
+	r.streams = make([]*stream, n)
+	for i := range r.streams {
+		r.streams[i] = newStream(uint32(r.cfg.Warmup), uint32(r.cfg.Count), r.startNs, withAppend, r.cfg.Raw, &r.received)
+	}
+	return r.streams
+}
+
+// generate runs the generator with a progress line, then waits up to
+// Timeout for every stream to have received every message.
+func (r *runner) generate(ctx context.Context, senders []sender) error {
+	pctx, stopProgress := context.WithCancel(ctx)
+	progressDone := make(chan struct{})
+	go func() {
+		defer close(progressDone)
+		r.progress(pctx)
+	}()
+	defer func() {
+		stopProgress()
+		<-progressDone
+	}()
+	if err := r.gen.run(ctx, senders); err != nil {
+		return err
+	}
+	r.complete = r.waitStreams(ctx)
+	r.endNs = r.clk.now()
+	return ctx.Err()
+}
+
+func (r *runner) waitStreams(ctx context.Context) bool {
+	t := time.NewTimer(r.cfg.Timeout)
+	defer t.Stop()
+	for _, s := range r.streams {
+		select {
+		case <-s.done:
+		case <-t.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// progress writes a live line to env.Progress until ctx ends.
+func (r *runner) progress(ctx context.Context) {
+	w := r.env.Progress
+	if w == nil {
+		return
+	}
+	const every = 500 * time.Millisecond
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	want := int64(r.gen.total) * int64(len(r.streams))
+	var last int64
+	for {
+		select {
+		case <-ctx.Done():
+			fmt.Fprint(w, "\r\033[K")
+			return
+		case <-tick.C:
+		}
+		got := r.received.Load()
+		p99 := 0.0
+		for _, s := range r.streams {
+			p99 = max(p99, s.p99())
+		}
+		fmt.Fprintf(w, "\r\033[Ksent %d/%d  received %d/%d  %.0f msg/s  running e2e p99 %.3f ms",
+			r.gen.sent.Load(), r.gen.total, got, want, float64(got-last)/every.Seconds(), p99)
+		last = got
+	}
+}
+
+// finish merges the streams into rows and self-check lines.
+func (r *runner) finish() (*Result, error) {
+	cfg := r.cfg
+	var counts stats.Counts
+	e2e := stats.NewLatency()
+	var app *stats.Latency
+	var noApp int64
+	for _, s := range r.streams {
+		s.mu.Lock()
+		counts.Add(s.tr.Counts())
+		e2e.Merge(s.e2e)
+		if s.app != nil {
+			if app == nil {
+				app = stats.NewLatency()
+			}
+			app.Merge(s.app)
+			noApp += s.noApp
+		}
+		r.res.Foreign += s.foreign
+		s.mu.Unlock()
+	}
+	gs := r.gen.stats()
+	thr := 0.0
+	if counts.Received > 0 && counts.LastRecvNs > gs.measuredNs {
+		thr = float64(counts.Received) * 1e9 / float64(counts.LastRecvNs-gs.measuredNs)
+	}
+	row := func(metric string, l *stats.Latency) Row {
+		return Row{
+			Direction: r.dir, Metric: metric, Counts: counts, ThroughputMsgS: thr,
+			Figures: l.Figures(), Available: l.Count() > 0, Status: "ok", Negative: l.Negative(),
+			QoS: cfg.QoS, PayloadBytes: len(r.template), Rate: cfg.Rate, Clients: cfg.Clients,
+			Subscribers: len(r.streams), Warmup: cfg.Warmup,
+		}
+	}
+	if app != nil {
+		ar := row(MetricAppend, app)
+		switch {
+		case noApp > 0:
+			ar.Available = false
+			ar.Status = fmt.Sprintf("unavailable: %d of %d records carry no LogAppendTime (topic is not message.timestamp.type=LogAppendTime)",
+				noApp, counts.Received)
+			ar.Figures = stats.Figures{}
+		case app.Count() == 0:
+			ar.Status = "unavailable: no records received"
+		}
+		r.res.Rows = append(r.res.Rows, ar)
+		if ar.Available {
+			r.checks = append(r.checks, fmt.Sprintf(
+				"append: LogAppendTime is whole ms (broker clock, truncated) against ns send times: figures are lower bounds "+
+					"by up to 1 ms; %d of %d samples were negative (append within the same ms) and are counted as 0",
+				app.Negative(), app.Count()))
+		}
+	}
+	er := row(MetricE2E, e2e)
+	if !er.Available {
+		er.Status = "unavailable: no messages received"
+	}
+	r.res.Rows = append(r.res.Rows, er)
+
+	r.checks = append(r.checks, r.clk.describe(), gs.describe())
+	if user, sys, ok := cpuTime(); ok {
+		wall := time.Duration(r.endNs - r.startNs)
+		cpu := user - r.cpuUser + sys - r.cpuSys
+		cores := cpu.Seconds() / wall.Seconds()
+		verdict := "ok"
+		if cores > 0.7*float64(runtime.NumCPU()) {
+			verdict = "PROBE SATURATED: it measures itself"
+		}
+		r.checks = append(r.checks, fmt.Sprintf("probe CPU: user %.2fs + sys %.2fs over %.2fs = %.2f of %d cores: %s",
+			(user-r.cpuUser).Seconds(), (sys-r.cpuSys).Seconds(), wall.Seconds(), cores, runtime.NumCPU(), verdict))
+	}
+	r.checks = append(r.checks, fmt.Sprintf("foreign messages ignored: %d", r.res.Foreign))
+	if cfg.Clients > 1 && counts.Reordered > 0 {
+		r.checks = append(r.checks, fmt.Sprintf("reordered: %d clients interleave sequence numbers and MQTT/Kafka order "+
+			"only per connection/partition, so reordering across clients is expected", cfg.Clients))
+	}
+	if lost := counts.WarmupLost(); lost > 0 {
+		r.checks = append(r.checks, fmt.Sprintf("warm-up messages lost: %d of %d", lost, counts.WarmupExpected))
+	}
+	if !r.complete {
+		r.checks = append(r.checks, fmt.Sprintf("stopped waiting %v after the last send with messages missing", cfg.Timeout))
+	}
+	r.res.Checks = append(r.res.Checks, r.checks...)
+	if cfg.Raw {
+		r.res.raw = r.rawLines()
+	}
+	if lost := counts.Lost() + counts.WarmupLost(); cfg.QoS >= 1 && lost > 0 {
+		return r.res, fmt.Errorf("%w: %d of %d messages at QoS %d never arrived (%s)", ErrLost, lost,
+			counts.Expected+counts.WarmupExpected, cfg.QoS, r.dir)
+	}
+	return r.res, nil
+}
+
+// rawLines lists every arrival and every lost message (per stream).
+func (r *runner) rawLines() []RawLine {
+	var out []RawLine
+	for _, s := range r.streams {
+		for _, a := range s.raw {
+			out = append(out, RawLine{Seq: a.seq, SendNs: r.gen.sentAt[a.seq], AppendMs: a.appendMs, RecvNs: a.recvNs})
+		}
+		for seq := uint32(0); seq < r.gen.total; seq++ {
+			if !s.tr.Seen(seq) {
+				out = append(out, RawLine{Seq: seq, SendNs: r.gen.sentAt[seq], AppendMs: noAppend})
+			}
+		}
+	}
+	return out
+}
+
+// clientID prefixes the probe's MQTT client ids, unique per process and run.
+func (r *runner) clientID(role string) string {
+	return fmt.Sprintf("ferry-probe-%d-%x-%s", os.Getpid(), r.startNs&0xffffff, role)
+}

@@ -1,0 +1,220 @@
+package stats
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+func observeAll(t *Tracker, seqs []uint32) []Verdict {
+	v := make([]Verdict, len(seqs))
+	for i, s := range seqs {
+		v[i] = t.Observe(s, int64(1000+i))
+	}
+	return v
+}
+
+func TestTrackerKnownStreams(t *testing.T) {
+	tests := []struct {
+		name          string
+		warmup, count uint32
+		arrivals      []uint32
+		want          Counts
+	}{
+		{
+			name: "in order, complete", count: 5,
+			arrivals: []uint32{0, 1, 2, 3, 4},
+			want:     Counts{Expected: 5, Received: 5, FirstRecvNs: 1000, LastRecvNs: 1004},
+		},
+		{
+			name: "lost 1 and 3", count: 5,
+			arrivals: []uint32{0, 2, 4},
+			want:     Counts{Expected: 5, Received: 3, FirstRecvNs: 1000, LastRecvNs: 1002},
+		},
+		{
+			name: "duplicates", count: 3,
+			arrivals: []uint32{0, 1, 1, 2, 1, 0},
+			want:     Counts{Expected: 3, Received: 3, Duplicated: 3, FirstRecvNs: 1000, LastRecvNs: 1003},
+		},
+		{
+			// 3 and 1 arrive after a higher sequence; 2 arrives after 4.
+			name: "reordered", count: 5,
+			arrivals: []uint32{0, 4, 3, 1, 2},
+			want:     Counts{Expected: 5, Received: 5, Reordered: 3, FirstRecvNs: 1000, LastRecvNs: 1004},
+		},
+		{
+			// Reordered counts first arrivals only: the late duplicate of 1
+			// is a duplicate, not a reorder.
+			name: "dup of low seq is not a reorder", count: 3,
+			arrivals: []uint32{0, 1, 2, 1},
+			want:     Counts{Expected: 3, Received: 3, Duplicated: 1, FirstRecvNs: 1000, LastRecvNs: 1002},
+		},
+		{
+			// Warm-up 0..1 excluded: its loss, duplicates and lateness are
+			// counted apart.
+			name: "warm-up excluded", warmup: 2, count: 3,
+			arrivals: []uint32{1, 1, 3, 0, 2, 4},
+			want: Counts{Expected: 3, Received: 3, Reordered: 1, WarmupExpected: 2, WarmupReceived: 2,
+				FirstRecvNs: 1002, LastRecvNs: 1005},
+		},
+		{
+			name: "warm-up lost", warmup: 2, count: 1,
+			arrivals: []uint32{2},
+			want:     Counts{Expected: 1, Received: 1, WarmupExpected: 2, FirstRecvNs: 1000, LastRecvNs: 1000},
+		},
+		{
+			name: "nothing arrived", count: 4,
+			want: Counts{Expected: 4},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := NewTracker(tc.warmup, tc.count)
+			observeAll(tr, tc.arrivals)
+			if got := tr.Counts(); got != tc.want {
+				t.Fatalf("counts:\n got %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestTrackerVerdicts(t *testing.T) {
+	tr := NewTracker(1, 2)
+	got := observeAll(tr, []uint32{0, 1, 1, 3, 2, 0})
+	want := []Verdict{Warmup, Measured, Duplicate, OutOfRange, Measured, Duplicate}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("arrival %d: verdict %d, want %d", i, got[i], want[i])
+		}
+	}
+	if !tr.Seen(2) || tr.Seen(3) {
+		t.Errorf("Seen: 2=%v 3=%v", tr.Seen(2), tr.Seen(3))
+	}
+}
+
+// TestTrackerShuffled checks the counters against a brute-force model on a
+// random stream with losses, duplicates and shuffling.
+func TestTrackerShuffled(t *testing.T) {
+	const count = 10_000
+	rng := rand.New(rand.NewPCG(1, 2))
+	var arrivals []uint32
+	for i := uint32(0); i < count; i++ {
+		switch r := rng.IntN(100); {
+		case r < 3: // lost
+		case r < 6:
+			arrivals = append(arrivals, i, i)
+		default:
+			arrivals = append(arrivals, i)
+		}
+	}
+	for k := 0; k < 500; k++ { // local swaps
+		i := rng.IntN(len(arrivals) - 1)
+		arrivals[i], arrivals[i+1] = arrivals[i+1], arrivals[i]
+	}
+	var want Counts
+	want.Expected = count
+	seen := map[uint32]bool{}
+	max := int64(-1)
+	for _, s := range arrivals {
+		if seen[s] {
+			want.Duplicated++
+			continue
+		}
+		seen[s] = true
+		if int64(s) < max {
+			want.Reordered++
+		}
+		if int64(s) > max {
+			max = int64(s)
+		}
+		want.Received++
+	}
+	tr := NewTracker(0, count)
+	observeAll(tr, arrivals)
+	got := tr.Counts()
+	got.FirstRecvNs, got.LastRecvNs = 0, 0
+	if got != want {
+		t.Fatalf("got %+v\nwant %+v", got, want)
+	}
+	if got.Lost() == 0 || got.Duplicated == 0 || got.Reordered == 0 {
+		t.Fatalf("stream did not exercise loss/dup/reorder: %+v", got)
+	}
+}
+
+func TestCountsAdd(t *testing.T) {
+	a := Counts{Expected: 5, Received: 4, Duplicated: 1, Reordered: 2, WarmupExpected: 1, WarmupReceived: 1, FirstRecvNs: 50, LastRecvNs: 90}
+	b := Counts{Expected: 5, Received: 5, Reordered: 1, WarmupExpected: 1, FirstRecvNs: 40, LastRecvNs: 80}
+	a.Add(b)
+	want := Counts{Expected: 10, Received: 9, Duplicated: 1, Reordered: 3, WarmupExpected: 2, WarmupReceived: 1, FirstRecvNs: 40, LastRecvNs: 90}
+	if a != want {
+		t.Fatalf("got %+v want %+v", a, want)
+	}
+	if a.Lost() != 1 || a.WarmupLost() != 1 {
+		t.Fatalf("Lost %d WarmupLost %d", a.Lost(), a.WarmupLost())
+	}
+	var empty Counts
+	empty.Add(Counts{Expected: 1})
+	if empty.FirstRecvNs != 0 {
+		t.Fatalf("FirstRecvNs from a stream that received nothing: %d", empty.FirstRecvNs)
+	}
+}
+
+func TestLatencyFigures(t *testing.T) {
+	l := NewLatency()
+	// 1..1000 µs: p50 = 0.5 ms, p90 = 0.9 ms, p99 = 0.99 ms, exact below
+	// 2.048 ms at 3 significant digits.
+	for us := int64(1); us <= 1000; us++ {
+		l.Record(us * int64(time.Microsecond))
+	}
+	f := l.Figures()
+	want := Figures{Count: 1000, Min: 0.001, Avg: 0.5, P50: 0.5, P90: 0.9, P95: 0.95, P99: 0.99, P999: 0.999, Max: 1.0}
+	// Avg of 1..1000 is 500.5 µs, rounded to the µs: 0.5 or 0.501.
+	if f.Avg < 0.5 || f.Avg > 0.501 {
+		t.Errorf("Avg %v", f.Avg)
+	}
+	f.Avg = want.Avg
+	if f != want {
+		t.Fatalf("figures:\n got %+v\nwant %+v", f, want)
+	}
+	if (NewLatency().Figures() != Figures{}) {
+		t.Fatal("empty histogram has figures")
+	}
+}
+
+func TestLatencyClamps(t *testing.T) {
+	l := NewLatency()
+	l.Record(-300 * int64(time.Microsecond))
+	l.Record(-1)
+	l.Record(500) // 0.5 µs truncates to 0
+	l.Record(int64(2 * time.Minute))
+	if l.Negative() != 2 || l.Overflow() != 1 || l.Count() != 4 {
+		t.Fatalf("negative %d overflow %d count %d", l.Negative(), l.Overflow(), l.Count())
+	}
+	f := l.Figures()
+	if f.Min != 0 || f.Max < 59_990 || f.Max > 60_100 {
+		t.Fatalf("min %v max %v", f.Min, f.Max)
+	}
+}
+
+// TestLatencyMerge checks that per-goroutine histograms merge into the same
+// distribution as one histogram fed everything.
+func TestLatencyMerge(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	all := NewLatency()
+	parts := []*Latency{NewLatency(), NewLatency(), NewLatency()}
+	for i := 0; i < 30_000; i++ {
+		v := rng.Int64N(int64(50*time.Millisecond)) - int64(time.Millisecond)
+		all.Record(v)
+		parts[i%3].Record(v)
+	}
+	merged := NewLatency()
+	for _, p := range parts {
+		merged.Merge(p)
+	}
+	if merged.Figures() != all.Figures() {
+		t.Fatalf("merged %+v\n   all %+v", merged.Figures(), all.Figures())
+	}
+	if merged.Negative() != all.Negative() || merged.Negative() == 0 {
+		t.Fatalf("negative: merged %d all %d", merged.Negative(), all.Negative())
+	}
+}
