@@ -141,13 +141,14 @@ func (h *hook) enqueueQoS0(rec *record) {
 	switch h.cfg.Ring.QoS0Policy {
 	case "drop-oldest":
 		old, evicted, err := h.ring.PushEvict(rec)
-		if err != nil {
-			h.metrics.drops.WithLabelValues("closed").Inc()
-			return
-		}
 		if evicted {
+			// The oldest record may be a QoS 1 publish still waiting: it is
+			// refused to its client, never silently lost.
 			h.metrics.drops.WithLabelValues("ring_evicted").Inc()
 			old.complete(fmt.Errorf("%w: evicted by a newer QoS 0 message", ErrRingFull))
+		}
+		if err != nil {
+			h.metrics.drops.WithLabelValues("closed").Inc()
 		}
 	case "block":
 		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.Kafka.AckTimeout)

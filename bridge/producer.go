@@ -127,17 +127,20 @@ type lane struct {
 
 	mu      sync.Mutex
 	pending []*record
+	held    int // records taken by run and not yet finished
 	closed  bool
 	wake    chan struct{}
 	space   chan struct{}
 }
 
-// add appends r, waiting while the lane holds more than its limit (the ring
-// behind it then fills, which is the backpressure MQTT clients feel).
+// add appends r, waiting while the lane holds its limit (pending plus
+// in-flight or waiting for retry): the ring behind it then fills, which is
+// the backpressure MQTT clients feel, and memory stays bounded while Kafka
+// is away.
 func (l *lane) add(ctx context.Context, r *record) {
 	for {
 		l.mu.Lock()
-		if len(l.pending) < l.limit || ctx.Err() != nil {
+		if len(l.pending)+l.held < l.limit || ctx.Err() != nil {
 			l.pending = append(l.pending, r)
 			l.mu.Unlock()
 			notify(l.wake)
@@ -165,18 +168,22 @@ func notify(c chan struct{}) {
 	}
 }
 
-func (l *lane) take() (recs []*record, closed bool) {
+// take hands the pending records to run; held is what run still holds.
+func (l *lane) take(held int) (recs []*record, closed bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	recs, l.pending = l.pending, nil
-	notify(l.space)
+	if held < l.held {
+		notify(l.space) // records finished: room for add
+	}
+	l.held = held + len(recs)
 	return recs, l.closed
 }
 
 func (l *lane) run(ctx context.Context) {
 	var backlog []*record
 	for {
-		recs, closed := l.take()
+		recs, closed := l.take(len(backlog))
 		backlog = append(backlog, recs...)
 		if len(backlog) == 0 {
 			if closed {
@@ -200,7 +207,7 @@ func (l *lane) run(ctx context.Context) {
 			case <-ctx.Done():
 				t.Stop()
 			}
-			more, _ := l.take()
+			more, _ := l.take(len(backlog))
 			backlog = append(backlog, more...)
 		}
 		backlog = l.flush(ctx, backlog)

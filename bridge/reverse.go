@@ -18,7 +18,7 @@ import (
 )
 
 // reverse is the Kafka -> MQTT path: a franz-go consumer in a group (default
-// "ferry-" + instance.id, static membership) that publishes every record to
+// "ferry-" + instance.id) that publishes every record to
 // the embedded broker through mochi's inline client.
 //
 // Mapping: topicmap.Reverse (header mqtt.topic, then reverse rules, then the
@@ -233,8 +233,7 @@ func (r *reverse) commit() error {
 	return nil
 }
 
-// close leaves the consumer (static members keep their assignment for a
-// quick restart) and releases the client.
+// close leaves the consumer group and releases the client.
 func (r *reverse) close() error {
 	r.client.Close()
 	return nil

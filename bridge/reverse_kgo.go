@@ -17,6 +17,10 @@ import (
 // committed in the background. A crash redelivers at most this much.
 const reverseCommitInterval = time.Second
 
+// reverseSessionTimeout bounds how long a crashed instance's partitions stay
+// assigned to its dead member (Kafka's default is 45s).
+const reverseSessionTimeout = 10 * time.Second
+
 // reverseGroupID is the consumer group: reverse.group_id, else
 // "ferry-" + instance.id, stable across restarts of one instance.
 func reverseGroupID(cfg Config) string {
@@ -71,9 +75,11 @@ func reverseKgoOpts(cfg Config, brokers []string, log *slog.Logger) ([]kgo.Opt, 
 		kgo.SeedBrokers(brokers...),
 		kgo.ClientID("ferry-" + cfg.Instance.ID),
 		kgo.ConsumerGroup(reverseGroupID(cfg)),
-		// Static membership: a restarted instance takes its partitions back
-		// at once instead of waiting out the old member's session.
-		kgo.InstanceID(cfg.Instance.ID),
+		// Dynamic membership: a graceful stop leaves the group, so a restart
+		// resumes at once; after a crash the old member is evicted when its
+		// session times out. (Static membership, kgo.InstanceID, was tried:
+		// the closing client's leave request fenced its own successor.)
+		kgo.SessionTimeout(reverseSessionTimeout),
 		kgo.ConsumeResetOffset(start),
 		kgo.MetadataMaxAge(refresh),
 		kgo.MetadataMinAge(min(refresh, 5*time.Second)),

@@ -16,7 +16,7 @@ import (
 
 // newTransport builds the kafka-go transport with TLS and SASL from cfg.
 func newTransport(cfg KafkaConfig, clientID string) (*kafka.Transport, error) {
-	t := &kafka.Transport{ClientID: "ferry-" + clientID, DialTimeout: 5 * time.Second, MetadataTTL: 10 * time.Second}
+	t := &kafka.Transport{ClientID: "ferry-" + clientID, DialTimeout: 5 * time.Second, MetadataTTL: 3 * time.Second}
 	if cfg.TLS.Enabled || cfg.TLS.CA != "" || cfg.TLS.Cert != "" {
 		tc, err := clientTLS(cfg.TLS)
 		if err != nil {

@@ -55,8 +55,18 @@ type Result struct {
 	// Foreign counts received messages that were not this run's.
 	Foreign int64
 
-	raw []RawLine
+	raw       []RawLine
+	hists     map[string]*stats.Latency
+	timelines map[string]*stats.Timeline
 }
+
+// Latency returns the merged distribution of an available metric's
+// measured messages, or nil.
+func (r *Result) Latency(metric string) *stats.Latency { return r.hists[metric] }
+
+// Timeline returns an available metric's samples by second of arrival
+// (second 0 starts when the run starts), or nil.
+func (r *Result) Timeline(metric string) *stats.Timeline { return r.timelines[metric] }
 
 // RawLine is one line of the raw file: a message and one of its arrivals.
 // A lost message has one line with RecvNs 0; a duplicated one has one line

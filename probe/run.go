@@ -28,7 +28,8 @@ func Run(ctx context.Context, d Direction, cfg Config, env Env) (*Result, error)
 	}
 	r := &runner{
 		dir: d, cfg: cfg, env: env, log: env.logger(), clk: newClock(), template: template,
-		res: &Result{Direction: d, Config: cfg, PayloadBytes: len(template)},
+		res: &Result{Direction: d, Config: cfg, PayloadBytes: len(template),
+			hists: map[string]*stats.Latency{}, timelines: map[string]*stats.Timeline{}},
 	}
 	r.cfg.PayloadSize = len(template)
 	r.res.Config = r.cfg
@@ -101,12 +102,19 @@ type runner struct {
 	cpuSys     time.Duration
 	res        *Result
 	checks     []string
+	tl, appTL  *stats.Timeline
 }
 
 func (r *runner) newStreams(n int, withAppend bool) []*stream {
 	r.streams = make([]*stream, n)
+	r.tl = stats.NewTimeline(r.startNs)
+	if withAppend {
+		r.appTL = stats.NewTimeline(r.startNs)
+	}
 	for i := range r.streams {
-		r.streams[i] = newStream(uint32(r.cfg.Warmup), uint32(r.cfg.Count), r.startNs, withAppend, r.cfg.Raw, &r.received)
+		s := newStream(uint32(r.cfg.Warmup), uint32(r.cfg.Count), r.startNs, withAppend, r.cfg.Raw, &r.received)
+		s.tl, s.appTL = r.tl, r.appTL
+		r.streams[i] = s
 	}
 	return r.streams
 }
@@ -223,6 +231,10 @@ func (r *runner) finish() (*Result, error) {
 		}
 		r.res.Rows = append(r.res.Rows, ar)
 		if ar.Available {
+			r.res.hists[MetricAppend] = app
+			r.res.timelines[MetricAppend] = r.appTL
+		}
+		if ar.Available {
 			r.checks = append(r.checks, fmt.Sprintf(
 				"append: LogAppendTime is whole ms (broker clock, truncated) against ns send times: figures are lower bounds "+
 					"by up to 1 ms; %d of %d samples were negative (append within the same ms) and are counted as 0",
@@ -234,6 +246,10 @@ func (r *runner) finish() (*Result, error) {
 		er.Status = "unavailable: no messages received"
 	}
 	r.res.Rows = append(r.res.Rows, er)
+	if er.Available {
+		r.res.hists[MetricE2E] = e2e
+		r.res.timelines[MetricE2E] = r.tl
+	}
 
 	r.checks = append(r.checks, r.clk.describe(), gs.describe())
 	if user, sys, ok := cpuTime(); ok {

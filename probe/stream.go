@@ -30,7 +30,10 @@ type stream struct {
 	noApp   int64          // measured records without LogAppendTime
 	foreign int64
 	raw     []arrival // nil unless raw lines are kept
-	keepRaw bool
+	// tl and appTL, when set, are the run's shared per-second timelines of
+	// e2e and append latency.
+	tl, appTL *stats.Timeline
+	keepRaw   bool
 
 	total    int64
 	unique   int64
@@ -84,6 +87,9 @@ func (s *stream) observe(payload []byte, recvNs, appendMs int64) {
 		return
 	}
 	s.e2e.Record(recvNs - st.SentNs)
+	if s.tl != nil {
+		s.tl.Record(recvNs, recvNs-st.SentNs)
+	}
 	if s.app != nil {
 		if appendMs == noAppend {
 			s.noApp++
@@ -93,6 +99,9 @@ func (s *stream) observe(payload []byte, recvNs, appendMs int64) {
 			// true append latency by up to 1 ms and can be negative:
 			// Latency.Record clamps negatives to 0 and counts them.
 			s.app.Record(appendMs*1e6 - st.SentNs)
+			if s.appTL != nil {
+				s.appTL.Record(recvNs, appendMs*1e6-st.SentNs)
+			}
 		}
 	}
 }

@@ -26,6 +26,10 @@
 #   KAFKA_CONTROLLER_PORT  controller port (default 9093 if free, else a free port)
 #   KAFKA_HEAP       broker heap (default 512m)
 #   KAFKA_READY_TIMEOUT  seconds to wait for the broker to answer (default 60)
+#   KAFKA_NODES      3 (or 2..9): a multi-node KRaft cluster instead, replication factor 3,
+#                    min.insync.replicas 2, 256m heap per node; `up` prints a comma-separated
+#                    bootstrap list last; kill/pause/resume take a node number
+#                    (see scripts/kafka-cluster.sh)
 #
 # Broker data lives in a temp dir that `down` removes; the log stays at
 # $KAFKA_STATE_DIR/broker.log (the previous run's log is kept as broker.log.1).
@@ -375,6 +379,13 @@ cmd_addr() {
 main() {
 	local cmd=${1:-}
 	[[ $# -gt 0 ]] && shift
+	if [[ "${KAFKA_NODES:-1}" != 1 && "$cmd" != fetch && "$cmd" != tool ]]; then
+		# Multi-node mode (KAFKA_NODES=3): see scripts/kafka-cluster.sh.
+		# shellcheck source=scripts/kafka-cluster.sh
+		source "$ROOT/scripts/kafka-cluster.sh"
+		cluster_main "$cmd" "$@"
+		return
+	fi
 	case "$cmd" in
 	up) cmd_up ;;
 	down) cmd_down ;;

@@ -24,6 +24,15 @@ type Broker struct {
 // test ends. It takes 5-30 s: use it only for fault tests.
 func StartBroker(tb testing.TB) *Broker {
 	tb.Helper()
+	b := NewBroker(tb, "")
+	b.Addr = b.Up()
+	return b
+}
+
+// NewBroker prepares a dedicated broker on port (a free one when empty)
+// without starting it: Up starts it. It is stopped when the test ends.
+func NewBroker(tb testing.TB, port string) *Broker {
+	tb.Helper()
 	root, err := repoRoot()
 	if err != nil {
 		tb.Fatalf("kafkatest: %v", err)
@@ -34,6 +43,9 @@ func StartBroker(tb testing.TB) *Broker {
 	}
 	b := &Broker{tb: tb, script: filepath.Join(root, "scripts", "kafka.sh"),
 		env: append(os.Environ(), "KAFKA_STATE_DIR="+state, "KAFKA_HEAP=256m", "KAFKA_READY_TIMEOUT=120")}
+	if port != "" {
+		b.env = append(b.env, "KAFKA_PORT="+port)
+	}
 	tb.Cleanup(func() {
 		b.run("down")
 		if tb.Failed() {
@@ -42,7 +54,6 @@ func StartBroker(tb testing.TB) *Broker {
 		}
 		os.RemoveAll(state)
 	})
-	b.Addr = b.Up()
 	return b
 }
 

@@ -218,3 +218,49 @@ func TestLatencyMerge(t *testing.T) {
 		t.Fatalf("negative: merged %d all %d", merged.Negative(), all.Negative())
 	}
 }
+
+func TestCDF(t *testing.T) {
+	l := NewLatency()
+	if l.CDF() != nil {
+		t.Fatal("CDF of an empty distribution")
+	}
+	for i := 1; i <= 100; i++ {
+		l.Record(int64(i) * 1e6) // 1..100 ms
+	}
+	cdf := l.CDF()
+	if len(cdf) < 10 {
+		t.Fatalf("cdf %v", cdf)
+	}
+	for i := 1; i < len(cdf); i++ {
+		if cdf[i].Ms <= cdf[i-1].Ms || cdf[i].Fraction < cdf[i-1].Fraction {
+			t.Fatalf("not monotonic at %d: %v", i, cdf)
+		}
+	}
+	if last := cdf[len(cdf)-1]; last.Fraction != 1 || last.Ms < 99.9 || last.Ms > 100.1 {
+		t.Fatalf("last point %+v", last)
+	}
+}
+
+func TestTimeline(t *testing.T) {
+	const origin = int64(1e18)
+	tl := NewTimeline(origin)
+	// Second 0: 10 samples of 1 ms; second 2: 3 samples of 50 ms; second 3:
+	// one sample (partial last second).
+	for range 10 {
+		tl.Record(origin+int64(500*time.Millisecond), 1e6)
+	}
+	for range 3 {
+		tl.Record(origin+int64(2500*time.Millisecond), 50e6)
+	}
+	tl.Record(origin+int64(3100*time.Millisecond), 7e6)
+	secs := tl.Seconds()
+	if len(secs) != 4 || secs[0].Count != 10 || secs[1].Count != 0 || secs[2].Count != 3 || secs[3].Count != 1 {
+		t.Fatalf("seconds %+v", secs)
+	}
+	if secs[0].P50 < 0.99 || secs[0].P50 > 1.01 || secs[2].P99 < 49.5 || secs[2].P99 > 50.5 || secs[2].Start != 2*time.Second {
+		t.Fatalf("seconds %+v", secs)
+	}
+	if p := tl.PeakPerSecond(); p != 10 {
+		t.Fatalf("peak %d", p)
+	}
+}
