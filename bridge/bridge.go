@@ -248,7 +248,9 @@ func (b *Bridge) mochiOptions() *mqtt.Options {
 	return &mqtt.Options{
 		Capabilities: caps,
 		InlineClient: true,
-		Logger:       b.log.With("component", "mqtt"),
+		// mochi logs every failed connection at warn, with packet dumps: keep
+		// its errors only, unless we are debugging.
+		Logger: slog.New(levelFloor{Handler: b.log.Handler(), min: slog.LevelError}).With("component", "mqtt"),
 	}
 }
 
@@ -410,3 +412,25 @@ func (b *Bridge) shutdown() error {
 }
 
 func (b *Bridge) workersDone() { b.workers.Wait() }
+
+// levelFloor drops records below min, except when the wrapped handler
+// is enabled for debug.
+type levelFloor struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (l levelFloor) Enabled(ctx context.Context, level slog.Level) bool {
+	if l.Handler.Enabled(ctx, slog.LevelDebug) {
+		return true
+	}
+	return level >= l.min && l.Handler.Enabled(ctx, level)
+}
+
+func (l levelFloor) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return levelFloor{Handler: l.Handler.WithAttrs(attrs), min: l.min}
+}
+
+func (l levelFloor) WithGroup(name string) slog.Handler {
+	return levelFloor{Handler: l.Handler.WithGroup(name), min: l.min}
+}

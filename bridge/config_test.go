@@ -180,3 +180,15 @@ func TestNonLoopbackNeedsAuth(t *testing.T) {
 		t.Fatalf("--mqtt-listen 0.0.0.0:1883: got %v, want the allow_anonymous hint", err)
 	}
 }
+
+// TestLoadConfigHeaderCase: header names in forward rules keep their case
+// (viper alone would lowercase map keys).
+func TestLoadConfigHeaderCase(t *testing.T) {
+	cfg, err := loadWith(t, "topics:\n  forward:\n    - filter: site/+/x\n      topic: site-x\n      headers:\n        Site-Name: HQ\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Topics.Forward[0].Headers; got["Site-Name"] != "HQ" || len(got) != 1 {
+		t.Fatalf("headers = %v, want map[Site-Name:HQ]", got)
+	}
+}

@@ -181,3 +181,88 @@ func TestV5UserPropertiesBecomeHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestTopicCreationCap: an instance creates at most kafka.max_created_topics
+// topics; a publish that would need one more is refused (v5: 0x90) and
+// counted, and existing topics keep working.
+func TestTopicCreationCap(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	cfg := testConfig(brokers)
+	cfg.Kafka.MaxCreatedTopics = 1
+	b := startBridge(t, cfg)
+	c := connectV5(t, b.MQTTAddr(), "cap-v5")
+	first, second := uniqueTopic("cap1"), uniqueTopic("cap2")
+	pub := func(topic string) byte {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		res, err := c.Publish(ctx, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte("x")})
+		if res == nil {
+			t.Fatalf("publish %s: %v", topic, err)
+		}
+		return res.ReasonCode
+	}
+	if rc := pub(first); rc != 0 {
+		t.Fatalf("first topic: reason %#x, want 0", rc)
+	}
+	if rc := pub(second); rc != 0x90 {
+		t.Fatalf("topic beyond the cap: reason %#x, want 0x90 (topic name invalid)", rc)
+	}
+	if rc := pub(first); rc != 0 {
+		t.Fatalf("existing topic after the cap was hit: reason %#x, want 0", rc)
+	}
+	if n := metricValue(t, b, "ferry_mqtt_nacks_total", map[string]string{"reason": "topic_rejected"}); n != 1 {
+		t.Fatalf("ferry_mqtt_nacks_total{reason=topic_rejected} = %v, want 1", n)
+	}
+}
+
+// TestQoS2AckedAfterKafka: a QoS 2 publish completes (PUBREC/PUBREL/PUBCOMP)
+// and its record is in Kafka.
+func TestQoS2AckedAfterKafka(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	b := startBridge(t, testConfig(brokers))
+	topic := uniqueTopic("qos2")
+	c := connectPaho(t, b.MQTTAddr(), "qos2-pub")
+	for i := range 20 {
+		if tok := c.Publish(topic, 2, false, strconv.Itoa(i)); !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
+			t.Fatalf("QoS2 publish %d: %v", i, tok.Error())
+		}
+	}
+	msgs := readTopic(t, b.KafkaBrokers(), kafkaName(t, topic), 20, 20*time.Second)
+	for i, m := range msgs {
+		if string(m.Value) != strconv.Itoa(i) {
+			t.Fatalf("record %d = %q", i, m.Value)
+		}
+		if q, _ := header(m, topicmap.HeaderQoS); q != "2" {
+			t.Fatalf("record %d qos header %q, want 2", i, q)
+		}
+	}
+}
+
+// TestGracefulShutdownDrains: Close while QoS 0 messages sit in the ring:
+// they are written to Kafka before the bridge stops.
+func TestGracefulShutdownDrains(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	cfg := testConfig(brokers)
+	b := startBridge(t, cfg)
+	topic := uniqueTopic("drain")
+	c := connectPaho(t, b.MQTTAddr(), "drain-pub")
+	const n = 5000
+	for i := range n {
+		c.Publish(topic, 0, false, strconv.Itoa(i))
+	}
+	// A QoS 1 publish after them: once acked, all QoS 0 before it were read
+	// by the broker (one connection is processed in order).
+	if tok := c.Publish(topic, 1, false, "last"); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+		t.Fatalf("marker publish: %v", tok.Error())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.Close(ctx); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	dropped := metricValue(t, b, "ferry_dropped_total", map[string]string{"reason": "ring_full"})
+	want := n + 1 - int(dropped)
+	if got := kafkatest.RecordCount(t, brokers, kafkaName(t, topic)); got != int64(want) {
+		t.Fatalf("after Close Kafka holds %d records, want %d (%d sent, %.0f dropped as counted)", got, want, n+1, dropped)
+	}
+}

@@ -2,12 +2,14 @@ package bridge
 
 import (
 	"fmt"
+	"os"
 	"reflect"
 	"strings"
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+	"gopkg.in/yaml.v3"
 )
 
 // Flags are the command-line flags of cmd/bridge; each overrides the config
@@ -66,7 +68,6 @@ func LoadConfig(fs *pflag.FlagSet, f *Flags, env func(string) (string, bool)) (C
 			}
 		}
 	}
-	var flagErr error
 	fs.Visit(func(fl *pflag.Flag) {
 		key, ok := flagKeys[fl.Name]
 		if !ok {
@@ -78,9 +79,6 @@ func LoadConfig(fs *pflag.FlagSet, f *Flags, env func(string) (string, bool)) (C
 		}
 		v.Set(key, fl.Value.String())
 	})
-	if flagErr != nil {
-		return Config{}, flagErr
-	}
 	var cfg Config
 	err := v.UnmarshalExact(&cfg, func(dc *mapstructure.DecoderConfig) {
 		dc.DecodeHook = mapstructure.ComposeDecodeHookFunc(
@@ -91,10 +89,41 @@ func LoadConfig(fs *pflag.FlagSet, f *Flags, env func(string) (string, bool)) (C
 	if err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
+	if f.ConfigFile != "" {
+		// viper lowercases map keys; header names are case-sensitive.
+		if err := restoreHeaderCase(f.ConfigFile, &cfg); err != nil {
+			return Config{}, err
+		}
+	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, err
 	}
 	return cfg, nil
+}
+
+// restoreHeaderCase re-reads the forward rules' header maps from the YAML
+// file with their keys as written.
+func restoreHeaderCase(path string, cfg *Config) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config file %s: %w", path, err)
+	}
+	var raw struct {
+		Topics struct {
+			Forward []struct {
+				Headers map[string]string `yaml:"headers"`
+			} `yaml:"forward"`
+		} `yaml:"topics"`
+	}
+	if err := yaml.Unmarshal(data, &raw); err != nil {
+		return fmt.Errorf("config file %s: %w", path, err)
+	}
+	for i, r := range raw.Topics.Forward {
+		if i < len(cfg.Topics.Forward) && len(r.Headers) == len(cfg.Topics.Forward[i].Headers) && len(r.Headers) > 0 {
+			cfg.Topics.Forward[i].Headers = r.Headers
+		}
+	}
+	return nil
 }
 
 func splitList(s string) []string {

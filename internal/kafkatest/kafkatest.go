@@ -63,7 +63,9 @@ func Addrs(brokers string) []string {
 
 // Client returns a kafka-go admin client for brokers.
 func Client(brokers string) *kafka.Client {
-	return &kafka.Client{Addr: kafka.TCP(Addrs(brokers)...), Timeout: opTimeout}
+	// A transport of its own: kafka-go answers metadata from a per-transport
+	// cache, and a shared one would not yet know a topic created a moment ago.
+	return &kafka.Client{Addr: kafka.TCP(Addrs(brokers)...), Timeout: opTimeout, Transport: &kafka.Transport{}}
 }
 
 // Topic returns a topic name unique to this call: prefix, the sanitized test name and a
