@@ -263,3 +263,54 @@ func TestGracefulShutdownDrains(t *testing.T) {
 		t.Fatalf("after Close Kafka holds %d records, want %d (%d sent, %.0f dropped as counted)", got, want, n+1, dropped)
 	}
 }
+
+// TestLocalSubscribersGetBridgedPublishes: subscribers of the same bridge
+// receive each accepted publish exactly once (QoS 0 directly, QoS 1 after
+// Kafka acknowledged it), and a retained QoS 1 message reaches a later
+// subscriber.
+func TestLocalSubscribersGetBridgedPublishes(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	b := startBridge(t, testConfig(brokers))
+	topic := uniqueTopic("local")
+	got := make(chan string, 100)
+	sub := connectPaho(t, b.MQTTAddr(), "local-sub")
+	if tok := sub.Subscribe(topic, 1, func(_ pahov3.Client, m pahov3.Message) { got <- string(m.Payload()) }); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	pub := connectPaho(t, b.MQTTAddr(), "local-pub")
+	for i, qos := range []byte{0, 1, 1, 0} {
+		if tok := pub.Publish(topic, qos, false, fmt.Sprintf("m%d", i)); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish: %v", tok.Error())
+		}
+	}
+	seen := map[string]int{}
+	deadline := time.After(10 * time.Second)
+	for len(seen) < 4 {
+		select {
+		case m := <-got:
+			seen[m]++
+		case <-deadline:
+			t.Fatalf("local subscriber got %v, want m0..m3", seen)
+		}
+	}
+	select {
+	case m := <-got:
+		t.Fatalf("extra delivery %q (duplicates?) after %v", m, seen)
+	case <-time.After(300 * time.Millisecond):
+	}
+	retained := uniqueTopic("retained")
+	if tok := pub.Publish(retained, 1, true, "keep me"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("retained publish: %v", tok.Error())
+	}
+	late := connectPaho(t, b.MQTTAddr(), "late-sub")
+	rc := make(chan string, 1)
+	late.Subscribe(retained, 1, func(_ pahov3.Client, m pahov3.Message) { rc <- string(m.Payload()) }).Wait()
+	select {
+	case m := <-rc:
+		if m != "keep me" {
+			t.Fatalf("retained = %q", m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("late subscriber did not get the retained QoS1 message")
+	}
+}
