@@ -256,7 +256,7 @@ func (b *Bridge) mochiOptions() *mqtt.Options {
 
 func (b *Bridge) addListeners() error {
 	add := func(l listeners.Listener) error {
-		if err := b.server.AddListener(l); err != nil {
+		if err := b.server.AddListener(&writeTimeoutListener{Listener: l, timeout: mqttWriteTimeout}); err != nil {
 			return fmt.Errorf("mqtt listener %s on %s: %w", l.ID(), l.Address(), err)
 		}
 		return nil

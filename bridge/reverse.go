@@ -75,7 +75,7 @@ func newReverse(cfg Config, log *slog.Logger, server *mqtt.Server, tm *topicmap.
 		return nil, errors.New("mqtt inline client is not enabled")
 	}
 	log = log.With("component", "reverse")
-	opts, err := reverseKgoOpts(cfg, brokers, log)
+	opts, err := reverseKgoOpts(cfg, brokers, log, m)
 	if err != nil {
 		return nil, err
 	}
@@ -132,20 +132,28 @@ func (r *reverse) run(ctx context.Context) error {
 // the last one for commit and updates the lag gauge.
 func (r *reverse) partition(ctx context.Context) func(kgo.FetchTopicPartition) {
 	return func(p kgo.FetchTopicPartition) {
-		if len(p.Records) == 0 {
+		var last *kgo.Record
+		for _, rec := range p.Records {
+			// At shutdown the rest of the fetch is left for the next run:
+			// pacing stops with ctx, and unpaced publishes could overflow
+			// subscriber queues after their offsets were committed.
+			if ctx.Err() != nil || !r.handle(ctx, rec) {
+				break
+			}
+			last = rec
+		}
+		if last == nil {
 			return
 		}
-		for _, rec := range p.Records {
-			r.handle(ctx, rec)
-		}
-		last := p.Records[len(p.Records)-1]
 		r.client.MarkCommitRecords(last)
 		lag := max(p.HighWatermark-last.Offset-1, 0)
 		r.metrics.reverseLag.WithLabelValues(p.Topic, strconv.Itoa(int(p.Partition))).Set(float64(lag))
 	}
 }
 
-func (r *reverse) handle(ctx context.Context, rec *kgo.Record) {
+// handle publishes or skips one record; false means it was neither (shutdown)
+// and must not be marked.
+func (r *reverse) handle(ctx context.Context, rec *kgo.Record) bool {
 	r.metrics.reverseConsumed.Inc()
 	r.hdrs = r.hdrs[:0]
 	var qos byte
@@ -155,7 +163,7 @@ func (r *reverse) handle(ctx context.Context, rec *kgo.Record) {
 		case topicmap.HeaderOrigin:
 			if r.cfg.Reverse.SkipOwn && bytes.Equal(h.Value, r.origin) {
 				r.metrics.reverseSkipped.WithLabelValues("own_origin").Inc()
-				return
+				return true
 			}
 		case topicmap.HeaderQoS:
 			if q, err := strconv.ParseUint(string(h.Value), 10, 8); err == nil && q <= 2 {
@@ -171,13 +179,13 @@ func (r *reverse) handle(ctx context.Context, rec *kgo.Record) {
 	d, err := r.tm.Reverse(rec.Topic, r.hdrs)
 	if errors.Is(err, topicmap.ErrExcluded) {
 		r.metrics.reverseSkipped.WithLabelValues("excluded").Inc()
-		return
+		return true
 	}
 	if err != nil {
 		r.metrics.reverseSkipped.WithLabelValues("unmappable").Inc()
 		r.logs.Warn("unmappable:"+rec.Topic, "kafka record skipped: no MQTT topic", "topic", rec.Topic,
 			"partition", rec.Partition, "offset", rec.Offset, "err", err)
-		return
+		return true
 	}
 	r.props, _ = topicmap.HeadersToUserProps(r.props[:0], r.hdrs)
 	pk := packets.Packet{
@@ -195,18 +203,21 @@ func (r *reverse) handle(ctx context.Context, rec *kgo.Record) {
 		r.metrics.reverseSkipped.WithLabelValues("too_large").Inc()
 		r.logs.Warn("too_large:"+rec.Topic, "kafka record skipped: larger than mqtt.max_packet_size", "topic", rec.Topic,
 			"partition", rec.Partition, "offset", rec.Offset, "size", size, "max", r.maxSize)
-		return
+		return true
 	}
 	if pk.FixedHeader.Qos > 0 {
 		pk.PacketID = 1 // the inline client's id is not used for delivery
-		r.pace.wait(ctx, pk.TopicName)
+		if !r.pace.wait(ctx, pk.TopicName) {
+			return false
+		}
 	}
 	if err := r.server.InjectPacket(r.inline, pk); err != nil {
 		r.metrics.reverseSkipped.WithLabelValues("publish_failed").Inc()
 		r.logs.Warn("publish:"+d.Topic, "kafka record not published to MQTT", "topic", d.Topic, "err", err)
-		return
+		return true
 	}
 	r.metrics.reversePublished.Inc()
+	return true
 }
 
 // publishSize is an upper bound of the encoded size of pk for an MQTT v5

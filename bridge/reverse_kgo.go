@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -62,7 +63,7 @@ func isRegexTopic(t string) bool {
 // reverseKgoOpts builds the franz-go consumer options from the bridge
 // config: group, topics, start offset, metadata refresh, commit marking,
 // static membership, TLS and SASL.
-func reverseKgoOpts(cfg Config, brokers []string, log *slog.Logger) ([]kgo.Opt, error) {
+func reverseKgoOpts(cfg Config, brokers []string, log *slog.Logger, m *metrics) ([]kgo.Opt, error) {
 	start := kgo.NewOffset().AtEnd()
 	if cfg.Reverse.StartOffset == "earliest" {
 		start = kgo.NewOffset().AtStart()
@@ -87,6 +88,15 @@ func reverseKgoOpts(cfg Config, brokers []string, log *slog.Logger) ([]kgo.Opt, 
 		kgo.AutoCommitMarks(),
 		kgo.AutoCommitInterval(reverseCommitInterval),
 		kgo.WithLogger(kgoLogger{log: log.With("component", "reverse-kafka")}),
+		// A revoke (rebalance of a shared group) commits what was published,
+		// as kgo's default revoke would, and drops the partitions' lag series.
+		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
+			if err := cl.CommitMarkedOffsets(ctx); err != nil {
+				log.Warn("commit on revoke", "err", err)
+			}
+			forgetLag(m, revoked)
+		}),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, lost map[string][]int32) { forgetLag(m, lost) }),
 	}
 	opts = append(opts, reverseTopicOpts(cfg.Reverse.Topics)...)
 	k := cfg.Kafka
@@ -134,5 +144,13 @@ func (l kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 		l.log.Warn(msg, keyvals...)
 	default:
 		l.log.Debug(msg, keyvals...)
+	}
+}
+
+func forgetLag(m *metrics, parts map[string][]int32) {
+	for topic, ps := range parts {
+		for _, p := range ps {
+			m.reverseLag.DeleteLabelValues(topic, strconv.Itoa(int(p)))
+		}
 	}
 }

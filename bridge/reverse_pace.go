@@ -62,14 +62,15 @@ func (p *pacer) signal() {
 	}
 }
 
-// wait returns once every connected subscriber of topic is below the limit
-// (or marked slow), or ctx ends. The fast path is one atomic load.
-func (p *pacer) wait(ctx context.Context, topic string) {
+// wait returns true once every connected subscriber of topic is below the
+// limit (or marked slow), false when ctx ended first. The fast path is one
+// atomic load.
+func (p *pacer) wait(ctx context.Context, topic string) bool {
 	if atomic.LoadInt64(&p.server.Info.Inflight) < int64(p.limit) {
 		if len(p.slow) > 0 {
 			clear(p.slow)
 		}
-		return
+		return true
 	}
 	subs := p.server.Topics.Subscribers(topic)
 	for id := range subs.Subscriptions {
@@ -80,6 +81,7 @@ func (p *pacer) wait(ctx context.Context, topic string) {
 			p.waitClient(ctx, id)
 		}
 	}
+	return ctx.Err() == nil
 }
 
 func (p *pacer) waitClient(ctx context.Context, id string) {

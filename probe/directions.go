@@ -2,12 +2,16 @@ package probe
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-bridge/ferry/probe/stats"
 )
 
 // mqttToKafka publishes on MQTT and consumes the mapped Kafka topic from
@@ -81,23 +85,75 @@ func (r *runner) mqttSenders(clients []paho.Client, url, topic string) []sender 
 	return out
 }
 
-// subscribeAll connects n subscribers to url and subscribes each to topic,
-// one stream each.
-func (r *runner) subscribeAll(url, topic string, n int) ([]paho.Client, error) {
+// subscribeAll connects n subscribers to url, Ramp per second (all at
+// once when 0), and subscribes each to topic as soon as it is connected,
+// one stream each. Subscribers that fail are counted (connection success
+// rate) and left out of the figures; only when none succeeds is it an
+// error.
+func (r *runner) subscribeAll(ctx context.Context, url, topic string, n int) ([]paho.Client, error) {
 	streams := r.newStreams(n, false)
-	subs, err := connectMany(r.cfg, url, r.clientID("sub"), n, r.log)
-	if err != nil {
-		return nil, err
-	}
-	for i, c := range subs {
-		s := streams[i]
-		h := func(_ paho.Client, m paho.Message) { s.observe(m.Payload(), r.clk.now(), noAppend) }
-		if err := subscribe(c, url, topic, byte(r.cfg.QoS), r.cfg.ConnectTimeout, h); err != nil {
-			disconnectAll(subs)
-			return nil, err
+	subs := make([]paho.Client, n)
+	errs := make([]error, n)
+	connectNs := make([]int64, n)
+	prefix := r.clientID("sub")
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range n {
+		if r.cfg.Ramp > 0 {
+			due := start.Add(time.Duration(float64(i) * float64(time.Second) / r.cfg.Ramp))
+			select {
+			case <-time.After(time.Until(due)):
+			case <-ctx.Done():
+				wg.Wait()
+				disconnectAll(subs)
+				return nil, ctx.Err()
+			}
 		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			c, err := connectMQTT(r.cfg, url, fmt.Sprintf("%s-%d", prefix, i), r.log)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			connectNs[i] = int64(time.Since(t0))
+			s := streams[i]
+			h := func(_ paho.Client, m paho.Message) { s.observe(m.Payload(), r.clk.now(), noAppend) }
+			if err := subscribe(c, url, topic, byte(r.cfg.QoS), r.cfg.ConnectTimeout, h); err != nil {
+				errs[i] = err
+				c.Disconnect(100)
+				return
+			}
+			subs[i] = c
+		}()
 	}
-	return subs, nil
+	wg.Wait()
+	fo := &Fanout{Attempted: n, Ramp: r.cfg.Ramp, connectTime: stats.NewLatency(), RampSeconds: time.Since(start).Seconds()}
+	var ok []*stream
+	var okSubs []paho.Client
+	var failures []error
+	for i := range n {
+		if errs[i] != nil {
+			failures = append(failures, errs[i])
+			continue
+		}
+		fo.connectTime.Record(connectNs[i])
+		ok = append(ok, streams[i])
+		okSubs = append(okSubs, subs[i])
+	}
+	fo.Connected = len(ok)
+	if len(ok) == 0 {
+		return nil, errors.Join(failures...)
+	}
+	if len(failures) > 0 {
+		fo.FirstError = failures[0].Error()
+		r.log.Warn("subscribers failed to connect", "failed", len(failures), "of", n, "first", failures[0])
+	}
+	r.streams = ok
+	r.res.Fanout = fo
+	return okSubs, nil
 }
 
 // kafkaToMQTT subscribes on MQTT and produces stamped records to the
@@ -124,7 +180,7 @@ func (r *runner) kafkaToMQTT(ctx context.Context) error {
 		}
 		r.checks = append(r.checks, fmt.Sprintf("kafka topic %s created by the probe (1 partition, LogAppendTime)", r.kafkaTopic))
 	}
-	subs, err := r.subscribeAll(cfg.MQTT, cfg.Topic, cfg.Subscribers)
+	subs, err := r.subscribeAll(ctx, cfg.MQTT, cfg.Topic, cfg.Subscribers)
 	if err != nil {
 		return err
 	}
@@ -140,7 +196,7 @@ func (r *runner) kafkaToMQTT(ctx context.Context) error {
 // messages back from Kafka. Send and receive share one clock.
 func (r *runner) roundtrip(ctx context.Context) error {
 	cfg := r.cfg
-	subs, err := r.subscribeAll(cfg.ReplyMQTT, cfg.ReplyTopic, cfg.Subscribers)
+	subs, err := r.subscribeAll(ctx, cfg.ReplyMQTT, cfg.ReplyTopic, cfg.Subscribers)
 	if err != nil {
 		return err
 	}

@@ -54,6 +54,9 @@ var (
 	// ErrLost means a QoS >= 1 run lost messages (results are still
 	// returned).
 	ErrLost = errors.New("messages lost")
+	// ErrPartialConnect means some subscribers could not connect or
+	// subscribe; the others were measured (results are still returned).
+	ErrPartialConnect = errors.New("subscribers failed to connect")
 	// ErrSend means publishes or produces failed.
 	ErrSend = errors.New("send failed")
 )
@@ -105,6 +108,9 @@ type Config struct {
 	// Subscribers is the number of MQTT subscribers (kafka-to-mqtt and
 	// roundtrip); each must receive every message. Default: 1.
 	Subscribers int
+	// Ramp is the rate at which subscribers connect, per second; 0
+	// connects them all at once. Default: 0.
+	Ramp float64
 	// Timeout is how long to wait for stragglers after the last send.
 	// Default: 10s.
 	Timeout time.Duration
@@ -202,6 +208,8 @@ func (c Config) Validate(d Direction) error {
 		return bad("clients", c.Clients, "must be at least 1")
 	case c.Subscribers < 1:
 		return bad("subscribers", c.Subscribers, "must be at least 1")
+	case c.Ramp < 0 || math.IsNaN(c.Ramp) || math.IsInf(c.Ramp, 0):
+		return bad("ramp", c.Ramp, "must be a positive number of connections per second, or 0 for all at once")
 	case c.Timeout < 0:
 		return bad("timeout", c.Timeout, "must not be negative")
 	case c.ConnectTimeout < 0:

@@ -39,6 +39,52 @@ type Row struct {
 	Clients      int
 	Subscribers  int
 	Warmup       int
+	// Fanout, when subscribers were connected, are the connection figures
+	// (also in the CSV's last columns).
+	Fanout *Fanout
+}
+
+// Fanout describes the MQTT subscribers of a run (kafka-to-mqtt,
+// roundtrip): how they connected and what each received.
+type Fanout struct {
+	// Attempted and Connected count subscribers; Connected counts those
+	// that got CONNACK and SUBACK. Only connected subscribers are in the
+	// figures.
+	Attempted, Connected int
+	// Ramp is the requested connection rate per second (0: all at once);
+	// RampSeconds how long connecting them all took.
+	Ramp, RampSeconds float64
+	// ConnectMs is the time from CONNECT to CONNACK of the connected
+	// subscribers, in ms.
+	ConnectMs stats.Figures
+	// FirstError is the first connection failure ("" when none).
+	FirstError string
+	// PerSubscriber lists each connected subscriber's figures.
+	PerSubscriber []SubscriberFigures
+	// Complete counts subscribers that received every measured message.
+	Complete int
+	// MinMsgS, AvgMsgS and MaxMsgS summarise the subscribers' throughputs.
+	MinMsgS, AvgMsgS, MaxMsgS float64
+
+	connectTime *stats.Latency
+}
+
+// SuccessRate is Connected / Attempted.
+func (f *Fanout) SuccessRate() float64 {
+	if f.Attempted == 0 {
+		return 0
+	}
+	return float64(f.Connected) / float64(f.Attempted)
+}
+
+// SubscriberFigures are one subscriber's delivery figures (measured
+// messages).
+type SubscriberFigures struct {
+	Received, Lost, Duplicated int64
+	// ThroughputMsgS is distinct messages per second from the intended
+	// send time of the first measured message to this subscriber's last
+	// arrival.
+	ThroughputMsgS float64
 }
 
 // Result is the outcome of one run.
@@ -54,6 +100,8 @@ type Result struct {
 	Checks []string
 	// Foreign counts received messages that were not this run's.
 	Foreign int64
+	// Fanout describes the subscribers (nil for mqtt-to-kafka).
+	Fanout *Fanout
 
 	raw       []RawLine
 	hists     map[string]*stats.Latency
@@ -88,6 +136,7 @@ var CSVHeader = []string{
 	"min_ms", "avg_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms",
 	"qos", "payload_bytes", "rate", "clients",
 	"subscribers", "warmup", "status", "negative_clamped",
+	"subscribers_attempted", "subscribers_connected", "connect_p50_ms", "connect_p99_ms",
 }
 
 func ms(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
@@ -109,12 +158,16 @@ func (row Row) csvRecord() []string {
 		strconv.FormatFloat(row.ThroughputMsgS, 'f', 1, 64),
 	}
 	rec = append(rec, lat...)
-	return append(rec,
+	rec = append(rec,
 		strconv.Itoa(row.QoS), strconv.Itoa(row.PayloadBytes),
 		strconv.FormatFloat(row.Rate, 'f', -1, 64), strconv.Itoa(row.Clients),
 		strconv.Itoa(row.Subscribers), strconv.Itoa(row.Warmup), row.Status,
 		strconv.FormatInt(row.Negative, 10),
 	)
+	if f := row.Fanout; f != nil {
+		return append(rec, strconv.Itoa(f.Attempted), strconv.Itoa(f.Connected), ms(f.ConnectMs.P50), ms(f.ConnectMs.P99))
+	}
+	return append(rec, "", "", "", "")
 }
 
 // WriteCSV writes the header and one line per row.
@@ -204,6 +257,31 @@ func WriteTable(w io.Writer, r *Result) error {
 			fmt.Fprintf(&b, "%10s %10s %10s", ms(f.Min), ms(f.P95), ms(f.P999))
 		}
 		b.WriteString("\n")
+	}
+	if f := r.Fanout; f != nil {
+		ramp := "all at once"
+		if f.Ramp > 0 {
+			ramp = fmt.Sprintf("ramped at %g/s", f.Ramp)
+		}
+		fmt.Fprintf(&b, "\nsubscribers: %d of %d connected (%.2f%%), %s in %.2f s; connect time (CONNECT -> CONNACK) p50 %s ms, p99 %s ms, max %s ms\n",
+			f.Connected, f.Attempted, 100*f.SuccessRate(), ramp, f.RampSeconds, ms(f.ConnectMs.P50), ms(f.ConnectMs.P99), ms(f.ConnectMs.Max))
+		if f.FirstError != "" {
+			fmt.Fprintf(&b, "  first connection failure: %s\n", f.FirstError)
+		}
+		var minRecv, maxRecv int64 = -1, 0
+		for _, s := range f.PerSubscriber {
+			if minRecv < 0 || s.Received < minRecv {
+				minRecv = s.Received
+			}
+			maxRecv = max(maxRecv, s.Received)
+		}
+		fmt.Fprintf(&b, "  per subscriber: received min %d max %d of %d, %d complete; throughput min %.1f avg %.1f max %.1f msg/s\n",
+			minRecv, maxRecv, c.Count, f.Complete, f.MinMsgS, f.AvgMsgS, f.MaxMsgS)
+		if len(r.Rows) > 0 {
+			row := r.Rows[len(r.Rows)-1]
+			fmt.Fprintf(&b, "  aggregate: %d deliveries, %.1f deliveries/s, lost %d, duplicated %d\n",
+				row.Counts.Received, row.ThroughputMsgS, row.Counts.Lost(), row.Counts.Duplicated)
+		}
 	}
 	b.WriteString("\nself-check:\n")
 	for _, l := range r.Checks {

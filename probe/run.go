@@ -2,7 +2,9 @@ package probe
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"log/slog"
 	"os"
 	"runtime"
@@ -15,8 +17,9 @@ import (
 )
 
 // Run measures direction d. It returns the result even when it also returns
-// ErrLost (a QoS >= 1 run lost messages); other errors (bad config,
-// unreachable brokers, failed sends) come with a nil result.
+// ErrLost (a QoS >= 1 run lost messages) or ErrPartialConnect (some
+// subscribers could not connect); other errors (bad config, unreachable
+// brokers, failed sends) come with a nil result.
 func Run(ctx context.Context, d Direction, cfg Config, env Env) (*Result, error) {
 	if err := cfg.Validate(d); err != nil {
 		return nil, err
@@ -114,10 +117,17 @@ func (r *runner) newStreams(n int, withAppend bool) []*stream {
 	for i := range r.streams {
 		s := newStream(uint32(r.cfg.Warmup), uint32(r.cfg.Count), r.startNs, withAppend, r.cfg.Raw, &r.received)
 		s.tl, s.appTL = r.tl, r.appTL
+		if i >= maxSinks {
+			s.lat = r.streams[i%maxSinks].lat
+		}
 		r.streams[i] = s
 	}
 	return r.streams
 }
+
+// maxSinks bounds the latency histograms of a run: streams beyond it share
+// (stream i uses sink i % maxSinks).
+const maxSinks = 64
 
 // generate runs the generator with a progress line, then waits up to
 // Timeout for every stream to have received every message.
@@ -191,31 +201,59 @@ func (r *runner) finish() (*Result, error) {
 	e2e := stats.NewLatency()
 	var app *stats.Latency
 	var noApp int64
+	merged := map[*sink]bool{}
 	for _, s := range r.streams {
 		s.mu.Lock()
 		counts.Add(s.tr.Counts())
-		e2e.Merge(s.e2e)
-		if s.app != nil {
+		r.res.Foreign += s.foreign
+		s.mu.Unlock()
+		k := s.lat
+		if merged[k] {
+			continue
+		}
+		merged[k] = true
+		k.mu.Lock()
+		e2e.Merge(k.e2e)
+		if k.app != nil {
 			if app == nil {
 				app = stats.NewLatency()
 			}
-			app.Merge(s.app)
-			noApp += s.noApp
+			app.Merge(k.app)
+			noApp += k.noApp
 		}
-		r.res.Foreign += s.foreign
-		s.mu.Unlock()
+		k.mu.Unlock()
 	}
 	gs := r.gen.stats()
 	thr := 0.0
 	if counts.Received > 0 && counts.LastRecvNs > gs.measuredNs {
 		thr = float64(counts.Received) * 1e9 / float64(counts.LastRecvNs-gs.measuredNs)
 	}
+	if f := r.res.Fanout; f != nil {
+		f.ConnectMs = f.connectTime.Figures()
+		f.MinMsgS = math.Inf(1)
+		for _, s := range r.streams {
+			s.mu.Lock()
+			c := s.tr.Counts()
+			s.mu.Unlock()
+			sf := SubscriberFigures{Received: c.Received, Lost: c.Lost(), Duplicated: c.Duplicated}
+			if c.Received > 0 && c.LastRecvNs > gs.measuredNs {
+				sf.ThroughputMsgS = float64(c.Received) * 1e9 / float64(c.LastRecvNs-gs.measuredNs)
+			}
+			if sf.Lost == 0 {
+				f.Complete++
+			}
+			f.MinMsgS = min(f.MinMsgS, sf.ThroughputMsgS)
+			f.MaxMsgS = max(f.MaxMsgS, sf.ThroughputMsgS)
+			f.AvgMsgS += sf.ThroughputMsgS / float64(len(r.streams))
+			f.PerSubscriber = append(f.PerSubscriber, sf)
+		}
+	}
 	row := func(metric string, l *stats.Latency) Row {
 		return Row{
 			Direction: r.dir, Metric: metric, Counts: counts, ThroughputMsgS: thr,
 			Figures: l.Figures(), Available: l.Count() > 0, Status: "ok", Negative: l.Negative(),
 			QoS: cfg.QoS, PayloadBytes: len(r.template), Rate: cfg.Rate, Clients: cfg.Clients,
-			Subscribers: len(r.streams), Warmup: cfg.Warmup,
+			Subscribers: len(r.streams), Warmup: cfg.Warmup, Fanout: r.res.Fanout,
 		}
 	}
 	if app != nil {
@@ -278,11 +316,16 @@ func (r *runner) finish() (*Result, error) {
 	if cfg.Raw {
 		r.res.raw = r.rawLines()
 	}
+	var errs []error
 	if lost := counts.Lost() + counts.WarmupLost(); cfg.QoS >= 1 && lost > 0 {
-		return r.res, fmt.Errorf("%w: %d of %d messages at QoS %d never arrived (%s)", ErrLost, lost,
-			counts.Expected+counts.WarmupExpected, cfg.QoS, r.dir)
+		errs = append(errs, fmt.Errorf("%w: %d of %d messages at QoS %d never arrived (%s)", ErrLost, lost,
+			counts.Expected+counts.WarmupExpected, cfg.QoS, r.dir))
 	}
-	return r.res, nil
+	if f := r.res.Fanout; f != nil && f.Connected < f.Attempted {
+		errs = append(errs, fmt.Errorf("%w: %d of %d subscribers could not connect to %s (first: %s)",
+			ErrPartialConnect, f.Attempted-f.Connected, f.Attempted, cfg.MQTT, f.FirstError))
+	}
+	return r.res, errors.Join(errs...)
 }
 
 // rawLines lists every arrival and every lost message (per stream).

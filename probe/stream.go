@@ -18,16 +18,53 @@ type arrival struct {
 	recvNs   int64
 }
 
+// sink holds latency histograms. Each stream has its own, except in large
+// fan-outs where streams share a bounded number of sinks (an HDR histogram
+// is about 128 KB: 10,000 of them would not fit).
+type sink struct {
+	mu    sync.Mutex
+	e2e   *stats.Latency
+	app   *stats.Latency // nil when the direction has no append metric
+	noApp int64          // measured records without LogAppendTime
+}
+
+func newSink(withAppend bool) *sink {
+	k := &sink{e2e: stats.NewLatency()}
+	if withAppend {
+		k.app = stats.NewLatency()
+	}
+	return k
+}
+
+// record adds one measured message. appendMs is noAppend when the record
+// has no LogAppendTime.
+func (k *sink) record(latNs, appendMs, sentNs int64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.e2e.Record(latNs)
+	if k.app == nil {
+		return
+	}
+	if appendMs == noAppend {
+		k.noApp++
+		return
+	}
+	// LogAppendTime is whole ms (the broker's clock, truncated); the send
+	// time is ns. The difference is a lower bound of the true append
+	// latency by up to 1 ms and can be negative: Latency.Record clamps
+	// negatives to 0 and counts them.
+	k.app.Record(appendMs*1e6 - sentNs)
+}
+
 // stream is one receiving goroutine's view of the run: a Kafka consumer or
-// an MQTT subscriber. Its own histograms are merged with the others' at the
-// end. The mutex is uncontended except when the progress line reads it.
+// an MQTT subscriber. Its histograms (its sink) are merged with the others'
+// at the end. The mutexes are uncontended except when the progress line
+// reads them or when streams share a sink.
 type stream struct {
 	mu      sync.Mutex
 	window  stamp.Window
 	tr      *stats.Tracker
-	e2e     *stats.Latency
-	app     *stats.Latency // nil when the direction has no append metric
-	noApp   int64          // measured records without LogAppendTime
+	lat     *sink
 	foreign int64
 	raw     []arrival // nil unless raw lines are kept
 	// tl and appTL, when set, are the run's shared per-second timelines of
@@ -45,14 +82,11 @@ func newStream(warmup, count uint32, fromNs int64, withAppend, keepRaw bool, rec
 	s := &stream{
 		window:   stamp.Window{Total: warmup + count, FromNs: fromNs},
 		tr:       stats.NewTracker(warmup, count),
-		e2e:      stats.NewLatency(),
+		lat:      newSink(withAppend),
 		keepRaw:  keepRaw,
 		total:    int64(warmup) + int64(count),
 		received: received,
 		done:     make(chan struct{}),
-	}
-	if withAppend {
-		s.app = stats.NewLatency()
 	}
 	return s
 }
@@ -86,29 +120,18 @@ func (s *stream) observe(payload []byte, recvNs, appendMs int64) {
 	if v != stats.Measured {
 		return
 	}
-	s.e2e.Record(recvNs - st.SentNs)
+	s.lat.record(recvNs-st.SentNs, appendMs, st.SentNs)
 	if s.tl != nil {
 		s.tl.Record(recvNs, recvNs-st.SentNs)
 	}
-	if s.app != nil {
-		if appendMs == noAppend {
-			s.noApp++
-		} else {
-			// LogAppendTime is whole ms (the broker's clock, truncated);
-			// the send time is ns. The difference is a lower bound of the
-			// true append latency by up to 1 ms and can be negative:
-			// Latency.Record clamps negatives to 0 and counts them.
-			s.app.Record(appendMs*1e6 - st.SentNs)
-			if s.appTL != nil {
-				s.appTL.Record(recvNs, appendMs*1e6-st.SentNs)
-			}
-		}
+	if s.appTL != nil && appendMs != noAppend {
+		s.appTL.Record(recvNs, appendMs*1e6-st.SentNs)
 	}
 }
 
 // p99 returns the running e2e p99 in ms (for the progress line).
 func (s *stream) p99() float64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.e2e.Quantile(0.99)
+	s.lat.mu.Lock()
+	defer s.lat.mu.Unlock()
+	return s.lat.e2e.Quantile(0.99)
 }

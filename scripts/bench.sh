@@ -17,8 +17,8 @@
 #                  Ferry reverse path -> benchkit recv on MQTT (joined by order, CreateTime)
 #   ref2-probe     probe kafka-to-mqtt at 1000/s (probe as producer)
 #   raw-<P>B       kafka-producer-perf-test acks=all, unthrottled: the ceiling
-#   throughput     probe mqtt-to-kafka closed loop, payload x QoS x publishers, Ferry and
-#                  Mosquitto + bench/forwarder
+#   throughput     probe mqtt-to-kafka, payload x QoS x publishers, Ferry and Mosquitto +
+#                  bench/forwarder; open (pipelined, saturating) and, in the full run, closed loop
 #   latency-<R>    probe mqtt-to-kafka open loop at R msg/s (QoS1, 12 B), Ferry and forwarder
 #   profile        CPU and allocation profiles of Ferry during a throughput run
 #
@@ -27,7 +27,7 @@
 #
 # Environment overrides (space-separated lists): BENCH_PAYLOADS, BENCH_QOS, BENCH_CLIENTS,
 # BENCH_RATES, BENCH_TPUT_COUNT, BENCH_REF1_COUNT, BENCH_REF2_COUNT, BENCH_RAW_COUNT,
-# BENCH_LAT_SECONDS, BENCH_BUDGET (seconds; scenarios that would start past it are skipped).
+# BENCH_LAT_SECONDS, BENCH_TPUT_LOOPS (open closed), BENCH_SATURATE_RATE, BENCH_BUDGET (seconds; scenarios that would start past it are skipped).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -52,15 +52,16 @@ if [ "$QUICK" = 1 ]; then
 	: "${BENCH_PAYLOADS:=12 1024}" "${BENCH_QOS:=0 1}" "${BENCH_CLIENTS:=1 10 100}"
 	: "${BENCH_RATES:=1000 10000 50000}" "${BENCH_TPUT_COUNT:=10000}" "${BENCH_REF1_COUNT:=10000}"
 	: "${BENCH_REF2_COUNT:=5000}" "${BENCH_RAW_COUNT:=200000}" "${BENCH_LAT_SECONDS:=2}"
-	: "${BENCH_BUDGET:=270}" "${BENCH_PROFILE_SECONDS:=8}"
+	: "${BENCH_BUDGET:=270}" "${BENCH_PROFILE_SECONDS:=8}" "${BENCH_TPUT_LOOPS:=open}"
 else
 	MODE=full
 	: "${BENCH_PAYLOADS:=12 1024}" "${BENCH_QOS:=0 1}" "${BENCH_CLIENTS:=1 10 100}"
 	: "${BENCH_RATES:=1000 10000 50000}" "${BENCH_TPUT_COUNT:=200000}" "${BENCH_REF1_COUNT:=1000000}"
 	: "${BENCH_REF2_COUNT:=200000}" "${BENCH_RAW_COUNT:=2000000}" "${BENCH_LAT_SECONDS:=20}"
-	: "${BENCH_BUDGET:=2600}" "${BENCH_PROFILE_SECONDS:=30}"
+	: "${BENCH_BUDGET:=2600}" "${BENCH_PROFILE_SECONDS:=30}" "${BENCH_TPUT_LOOPS:=open closed}"
 fi
 
+: "${BENCH_SATURATE_RATE:=1000000}"
 STAMP="$(date +%Y%m%d-%H%M%S)"
 OUT="${OUT:-$ROOT/bench-results/$STAMP}"
 mkdir -p "$OUT/logs"
@@ -158,7 +159,7 @@ REV_PROBE="_bench_${RUN}_rev_probe"
 TOPICS=("$REV_PP" "$REV_PROBE" "_bench_${RUN}_ref1" "_bench_${RUN}_profile")
 for sys in ferry forwarder; do
 	for p in "${PAYLOADS[@]}"; do for q in "${QOSES[@]}"; do for c in "${CLIENTS[@]}"; do
-		TOPICS+=("_bench_${RUN}_tp_${sys}_${p}_${q}_${c}")
+		for loop in $BENCH_TPUT_LOOPS; do TOPICS+=("_bench_${RUN}_tp_${sys}_${loop}_${p}_${q}_${c}"); done
 	done; done; done
 	for r in "${RATES[@]}"; do TOPICS+=("_bench_${RUN}_lat_${sys}_${r}"); done
 done
@@ -208,7 +209,7 @@ log "starting Mosquitto on 127.0.0.1:$MOSQ_PORT"
 mosquitto -c "$WORK/mosquitto.conf" >"$OUT/logs/mosquitto.log" 2>&1 &
 PIDS+=($!)
 wait_port "$MOSQ_PORT" 15 || die "mosquitto did not listen on $MOSQ_PORT"
-"$BIN/forwarder" --mqtt "tcp://127.0.0.1:$MOSQ_PORT" --filter '#' --qos 1 --kafka "$KAFKA" \
+"$BIN/forwarder" --mqtt "tcp://127.0.0.1:$MOSQ_PORT" --filter '#' --qos 1 --kafka "$KAFKA" --stats-every 5s \
 	>"$OUT/logs/forwarder.log" 2>&1 &
 PIDS+=($!)
 
@@ -223,7 +224,6 @@ for _ in $(seq 100); do grep -q subscribed "$OUT/logs/forwarder.log" && break; s
 grep -q subscribed "$OUT/logs/forwarder.log" || { cat "$OUT/logs/forwarder.log" >&2; die "forwarder not subscribed"; }
 log "systems ready"
 
-echo "scenario,system,$("$BIN/probe" mqtt-to-kafka --help 2>&1 >/dev/null | true; printf '%s' '')" >/dev/null
 HEADER_WRITTEN=0
 # append_csv SCENARIO SYSTEM FILE: prefix the probe's CSV rows with scenario,system.
 append_csv() {
@@ -251,8 +251,12 @@ probe_m2k() {
 	append_csv "$scen" "$sys" "$csv"
 }
 
-# perftest ARGS...: kafka-producer-perf-test with the harness's jars.
-perftest() { scripts/kafka.sh tool org.apache.kafka.tools.ProducerPerformance --bootstrap-server "$KAFKA" "$@"; }
+# perftest BOUND ARGS...: kafka-producer-perf-test with the harness's jars, bounded in time.
+perftest() {
+	local bound=$1
+	shift
+	timeout "$bound" scripts/kafka.sh tool org.apache.kafka.tools.ProducerPerformance --bootstrap-server "$KAFKA" "$@"
+}
 
 # ----------------------------------------------------------------- reference test 1
 if budget_left 60; then
@@ -272,12 +276,12 @@ if budget_left $((20 + BENCH_REF2_COUNT / 1000)); then
 		--ready-file "$WORK/recv.ready" --timeout 15s --csv "$WORK/ref2-perftest.csv" \
 		>"$OUT/logs/ref2-perftest-recv.txt" 2>&1 &
 	RECV_PID=$!
+	PIDS+=("$RECV_PID")
 	for _ in $(seq 150); do [ -e "$WORK/recv.ready" ] && break; sleep 0.1; done
 	# linger.ms=0: the reference's producer era default (Kafka 4 defaults to 5 ms, which would
 	# be counted as bridge latency since the record timestamp is taken at send()).
-	timeout "$REF2_BOUND" bash -c "$(declare -f perftest); KAFKA=$KAFKA; perftest --topic $REV_PP \
-		--num-records $BENCH_REF2_COUNT --throughput 1000 --payload-file $WORK/data.txt \
-		--command-property acks=all linger.ms=0" >"$OUT/logs/ref2-perftest-producer.txt" 2>&1 ||
+	perftest "$REF2_BOUND" --topic "$REV_PP" --num-records "$BENCH_REF2_COUNT" --throughput 1000 \
+		--payload-file "$WORK/data.txt" --command-property acks=all linger.ms=0 >"$OUT/logs/ref2-perftest-producer.txt" 2>&1 ||
 		log "ref2-perftest: producer failed (logs/ref2-perftest-producer.txt)"
 	wait "$RECV_PID" || log "ref2-perftest: recv exit $? (logs/ref2-perftest-recv.txt)"
 	append_csv ref2-perftest ferry "$WORK/ref2-perftest.csv"
@@ -298,23 +302,31 @@ else skip ref2-probe; fi
 for p in "${PAYLOADS[@]}"; do
 	if ! budget_left 30; then skip "raw-${p}B"; continue; fi
 	log "raw-${p}B: kafka-producer-perf-test $BENCH_RAW_COUNT records of $p B, acks=all, unthrottled"
-	timeout 300 bash -c "$(declare -f perftest); KAFKA=$KAFKA; perftest --topic _bench_${RUN}_raw_$p \
-		--num-records $BENCH_RAW_COUNT --throughput -1 --record-size $p --command-property acks=all" \
-		>"$OUT/logs/raw-${p}B.txt" 2>&1 || log "raw-${p}B: perf test failed"
+	perftest 300 --topic "_bench_${RUN}_raw_$p" --num-records "$BENCH_RAW_COUNT" --throughput -1 \
+		--record-size "$p" --command-property acks=all >"$OUT/logs/raw-${p}B.txt" 2>&1 || log "raw-${p}B: perf test failed"
 	"$BIN/benchkit" perfcsv --payload-bytes "$p" --rate -1 <"$OUT/logs/raw-${p}B.txt" >"$WORK/raw-$p.csv" ||
 		log "raw-${p}B: no summary"
 	append_csv "raw-${p}B" kafka "$WORK/raw-$p.csv"
 done
 
 # ----------------------------------------------------------------- throughput matrix
-for p in "${PAYLOADS[@]}"; do for q in "${QOSES[@]}"; do for c in "${CLIENTS[@]}"; do
-	for sys in ferry forwarder; do
-		scen="throughput-${p}B-qos${q}-c${c}"
-		if ! budget_left 20; then skip "$scen/$sys"; continue; fi
-		probe_m2k "$scen" "$sys" "tp/$sys/$p/$q/$c" $((60 + BENCH_TPUT_COUNT / 500)) --count "$BENCH_TPUT_COUNT" \
-			--qos "$q" --payload-size "$p" --clients "$c" --warmup $((BENCH_TPUT_COUNT / 10)) --timeout 5s
-	done
-done; done; done
+# open:   publishers pipeline (probe --rate far above capacity: nobody waits for a PUBACK before
+#         the next publish, up to 16384 in flight per publisher): the maximum sustained rate.
+# closed: each publisher waits for its PUBACK (QoS 1) before the next publish, like the
+#         reference's Paho loop. Ferry acknowledges only after Kafka did, Mosquitto at once.
+for loop in $BENCH_TPUT_LOOPS; do
+	for p in "${PAYLOADS[@]}"; do for q in "${QOSES[@]}"; do for c in "${CLIENTS[@]}"; do
+		[ "$loop" = closed ] && [ "$q" = 0 ] && continue # QoS 0 has no acknowledgement to wait for
+		for sys in ferry forwarder; do
+			scen="throughput-$loop-${p}B-qos${q}-c${c}"
+			if ! budget_left 20; then skip "$scen/$sys"; continue; fi
+			rateflag=()
+			[ "$loop" = open ] && rateflag=(--rate "$BENCH_SATURATE_RATE")
+			probe_m2k "$scen" "$sys" "tp/$sys/$loop/$p/$q/$c" $((60 + BENCH_TPUT_COUNT / 500)) --count "$BENCH_TPUT_COUNT" \
+				--qos "$q" --payload-size "$p" --clients "$c" --warmup $((BENCH_TPUT_COUNT / 10)) --timeout 5s "${rateflag[@]}"
+		done
+	done; done; done
+done
 
 # ----------------------------------------------------------------- latency at fixed rates
 for r in "${RATES[@]}"; do
@@ -329,7 +341,7 @@ done
 
 # ----------------------------------------------------------------- profile
 if [ "$PROFILE" = 1 ] && budget_left $((BENCH_PROFILE_SECONDS + 20)); then
-	log "profile: Ferry CPU and allocations for ${BENCH_PROFILE_SECONDS}s under 12 B QoS1, 10 publishers"
+	log "profile: Ferry CPU and allocations for ${BENCH_PROFILE_SECONDS}s under 12 B QoS1, 10 pipelining publishers"
 	curl -fsS -o "$OUT/ferry-cpu.pprof" \
 		"http://127.0.0.1:$FERRY_HTTP_PORT/debug/pprof/profile?seconds=$BENCH_PROFILE_SECONDS" &
 	CPU_PID=$!
@@ -339,7 +351,8 @@ if [ "$PROFILE" = 1 ] && budget_left $((BENCH_PROFILE_SECONDS + 20)); then
 	# Enough load to outlast the profile window; the probe is stopped when the window closes.
 	timeout --signal=INT $((BENCH_PROFILE_SECONDS + 3)) "$BIN/probe" mqtt-to-kafka --mqtt "$(url_of ferry)" \
 		--kafka "$KAFKA" --topic "/bench/$RUN/profile" --kafka-topic "_bench_${RUN}_profile" \
-		--count $((BENCH_PROFILE_SECONDS * 100000)) --qos 1 --payload-size 12 --clients 10 --timeout 2s \
+		--count $((BENCH_PROFILE_SECONDS * 100000)) --rate "$BENCH_SATURATE_RATE" --qos 1 --payload-size 12 \
+		--clients 10 --timeout 2s \
 		>"$OUT/logs/profile-load.txt" 2>&1 || true
 	wait "$CPU_PID" "$ALLOC_PID" || log "profile: capture failed"
 	if [ -s "$OUT/ferry-cpu.pprof" ]; then
@@ -363,7 +376,7 @@ elif [ "$PROFILE" = 1 ]; then skip profile; fi
 if [ -s "$OUT/ferry-cpu-top.txt" ]; then
 	{
 		echo
-		echo "## Ferry CPU profile (top 25 flat, ${BENCH_PROFILE_SECONDS}s under 12 B QoS1 x10 closed loop)"
+		echo "## Ferry CPU profile (top 25 flat, ${BENCH_PROFILE_SECONDS}s under 12 B QoS1, 10 pipelining publishers)"
 		echo
 		echo '```'
 		sed -n '1,31p' "$OUT/ferry-cpu-top.txt"

@@ -6,6 +6,9 @@
 //	    --topic /tacos/pub/lf --count 1000000 --qos 1 --payload-size 12 --csv out.csv
 //	probe kafka-to-mqtt --topic /tacos/sub/le --count 200000 --rate 1000 --payload-file data.txt
 //	probe roundtrip --mqtt tcp://a:1883 --reply-mqtt tcp://b:1883 --topic /tacos/pub/lf --rate 1000
+//	probe sweep --direction mqtt-to-kafka --clients 1,30,60 --interval 5s --payload 12,120 \
+//	    --duration 120s --repeat 3 --csv sweep.csv --plot figs
+//	probe compare a.csv b.csv
 //
 // Exit status: 0 ok, 1 error (a broker unreachable, sends failed), 2 bad
 // usage, 3 a QoS >= 1 run lost messages (the figures are still printed).
@@ -21,10 +24,12 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/ferry-bridge/ferry/probe"
+	"github.com/ferry-bridge/ferry/probe/charts"
 )
 
 // Exit codes.
@@ -67,6 +72,8 @@ Usage:
   probe mqtt-to-kafka [flags]   publish on MQTT, consume the mapped Kafka topic
   probe kafka-to-mqtt [flags]   produce to Kafka, subscribe on MQTT
   probe roundtrip [flags]       publish on MQTT, subscribe where the bridge routes it back
+  probe sweep [flags]           a grid of runs (clients x payload sizes), with the knee
+  probe compare A.csv B.csv     ratios B/A of every figure of two probe CSVs
   probe <command> --help        flags of a command
 
 Exit status: 0 ok, 1 error (broker unreachable, send failed), 2 bad usage,
@@ -83,6 +90,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "mqtt-to-kafka", "kafka-to-mqtt", "roundtrip":
 		d = probe.Direction(args[0])
+	case "sweep":
+		return runSweep(ctx, args[1:], stdout, stderr)
+	case "compare":
+		return runCompare(args[1:], stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -115,10 +126,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return errors.Join(runErr, err)
 		}
 	}
+	if files.plot != "" {
+		paths, err := charts.WriteRun(files.plot, res)
+		if err != nil {
+			return errors.Join(runErr, err)
+		}
+		fmt.Fprintf(stdout, "plots: %s\n", strings.Join(paths, " "))
+	}
 	return runErr
 }
 
-type outFiles struct{ csv, raw string }
+type outFiles struct{ csv, raw, plot string }
 
 func parseFlags(d probe.Direction, args []string, stderr io.Writer) (probe.Config, outFiles, error) {
 	cfg := probe.DefaultConfig(d)
@@ -126,35 +144,7 @@ func parseFlags(d probe.Direction, args []string, stderr io.Writer) (probe.Confi
 	fs := pflag.NewFlagSet("probe "+string(d), pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.SortFlags = false
-	fs.StringVar(&cfg.MQTT, "mqtt", cfg.MQTT, "MQTT broker URL (tcp://host:port)")
-	fs.StringSliceVar(&cfg.Kafka, "kafka", cfg.Kafka, "Kafka bootstrap brokers, comma-separated")
-	fs.StringVar(&cfg.Topic, "topic", cfg.Topic, "MQTT topic")
-	if d != probe.Roundtrip {
-		fs.StringVar(&cfg.KafkaTopic, "kafka-topic", "", "Kafka topic (default: the bridge's default mapping of --topic, e.g. /tacos/pub/lf -> _tacos_pub_lf)")
-	}
-	if d == probe.Roundtrip {
-		fs.StringVar(&cfg.ReplyMQTT, "reply-mqtt", "", "MQTT broker URL of the subscribers (default --mqtt; another bridge instance sharing the Kafka cluster)")
-		fs.StringVar(&cfg.ReplyTopic, "reply-topic", "", "MQTT topic the bridge publishes the messages back on (default --topic, needs --reply-mqtt)")
-	}
-	fs.IntVar(&cfg.Count, "count", cfg.Count, "measured messages")
-	fs.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "warm-up messages sent first, excluded from the figures")
-	fs.IntVar(&cfg.QoS, "qos", cfg.QoS, "MQTT QoS of publishes and subscriptions (0, 1, 2)")
-	fs.IntVar(&cfg.PayloadSize, "payload-size", cfg.PayloadSize, "payload bytes, at least 12 (the stamp); with --payload-file default 12 + file size")
-	fs.StringVar(&cfg.PayloadFile, "payload-file", "", "fill the payload after the 12-byte stamp with this file's content (repeated or truncated to --payload-size)")
-	fs.Float64Var(&cfg.Rate, "rate", 0, "total messages/s, open loop with latency from the intended send time; 0 = closed loop (wait for each ack)")
-	fs.IntVar(&cfg.Clients, "clients", cfg.Clients, "MQTT publishers (Kafka producer goroutines for kafka-to-mqtt)")
-	if d != probe.MQTTToKafka {
-		fs.IntVar(&cfg.Subscribers, "subscribers", cfg.Subscribers, "MQTT subscribers, each receiving every message")
-	}
-	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "how long to wait for stragglers after the last send")
-	fs.DurationVar(&cfg.ConnectTimeout, "connect-timeout", cfg.ConnectTimeout, "bound on connecting to MQTT and Kafka")
-	fs.StringVar(&cfg.Username, "username", "", "MQTT username")
-	fs.StringVar(&cfg.Password, "password", "", "MQTT password")
-	if d == probe.KafkaToMQTT {
-		fs.BoolVar(&cfg.CreateTopic, "create-topic", false, "create the Kafka topic if missing (1 partition, LogAppendTime)")
-	}
-	fs.StringVar(&files.csv, "csv", "", "write the figures as CSV (header + one row per direction and metric)")
-	fs.StringVar(&files.raw, "raw", "", "write one line per message: seq,send_ns,append_ms,recv_ns")
+	addRunFlags(fs, d, &cfg, &files, false)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return cfg, files, err
@@ -169,6 +159,153 @@ func parseFlags(d probe.Direction, args []string, stderr io.Writer) (probe.Confi
 	}
 	cfg.Raw = files.raw != ""
 	return cfg, files, cfg.Validate(d)
+}
+
+// addRunFlags registers the flags of a run of direction d on fs. A sweep
+// sets the count, rate, clients and payload itself.
+func addRunFlags(fs *pflag.FlagSet, d probe.Direction, cfg *probe.Config, files *outFiles, sweep bool) {
+	fs.StringVar(&cfg.MQTT, "mqtt", cfg.MQTT, "MQTT broker URL (tcp://host:port)")
+	fs.StringSliceVar(&cfg.Kafka, "kafka", cfg.Kafka, "Kafka bootstrap brokers, comma-separated")
+	fs.StringVar(&cfg.Topic, "topic", cfg.Topic, "MQTT topic")
+	if d != probe.Roundtrip {
+		fs.StringVar(&cfg.KafkaTopic, "kafka-topic", "", "Kafka topic (default: the bridge's default mapping of --topic, e.g. /tacos/pub/lf -> _tacos_pub_lf)")
+	}
+	if d == probe.Roundtrip {
+		fs.StringVar(&cfg.ReplyMQTT, "reply-mqtt", "", "MQTT broker URL of the subscribers (default --mqtt; another bridge instance sharing the Kafka cluster)")
+		fs.StringVar(&cfg.ReplyTopic, "reply-topic", "", "MQTT topic the bridge publishes the messages back on (default --topic, needs --reply-mqtt)")
+	}
+	if !sweep {
+		fs.IntVar(&cfg.Count, "count", cfg.Count, "measured messages")
+	}
+	fs.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "warm-up messages sent first, excluded from the figures")
+	fs.IntVar(&cfg.QoS, "qos", cfg.QoS, "MQTT QoS of publishes and subscriptions (0, 1, 2)")
+	if !sweep {
+		fs.IntVar(&cfg.PayloadSize, "payload-size", cfg.PayloadSize, "payload bytes, at least 12 (the stamp); with --payload-file default 12 + file size")
+		fs.StringVar(&cfg.PayloadFile, "payload-file", "", "fill the payload after the 12-byte stamp with this file's content (repeated or truncated to --payload-size)")
+		fs.Float64Var(&cfg.Rate, "rate", 0, "total messages/s, open loop with latency from the intended send time; 0 = closed loop (wait for each ack)")
+		fs.IntVar(&cfg.Clients, "clients", cfg.Clients, "MQTT publishers (Kafka producer goroutines for kafka-to-mqtt)")
+	}
+	if d != probe.MQTTToKafka {
+		fs.IntVar(&cfg.Subscribers, "subscribers", cfg.Subscribers, "MQTT subscribers, each receiving every message")
+		fs.Float64Var(&cfg.Ramp, "ramp", 0, "subscriber connections per second (0 = all at once); raise ulimit -n for thousands")
+	}
+	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "how long to wait for stragglers after the last send")
+	fs.DurationVar(&cfg.ConnectTimeout, "connect-timeout", cfg.ConnectTimeout, "bound on connecting to MQTT and Kafka")
+	fs.StringVar(&cfg.Username, "username", "", "MQTT username")
+	fs.StringVar(&cfg.Password, "password", "", "MQTT password")
+	if d == probe.KafkaToMQTT {
+		fs.BoolVar(&cfg.CreateTopic, "create-topic", false, "create the Kafka topic if missing (1 partition, LogAppendTime)")
+	}
+	if sweep {
+		fs.StringVar(&files.csv, "csv", "", "write the sweep as CSV (header + one row per point)")
+	} else {
+		fs.StringVar(&files.csv, "csv", "", "write the figures as CSV (header + one row per direction and metric)")
+		fs.StringVar(&files.raw, "raw", "", "write one line per message: seq,send_ns,append_ms,recv_ns")
+	}
+	fs.StringVar(&files.plot, "plot", "", "write PNG figures into this directory")
+}
+
+// runSweep parses and runs "probe sweep".
+func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	d := probe.MQTTToKafka
+	for i, a := range args { // the direction decides which flags exist
+		if v, ok := strings.CutPrefix(a, "--direction="); ok {
+			d = probe.Direction(v)
+		} else if a == "--direction" && i+1 < len(args) {
+			d = probe.Direction(args[i+1])
+		}
+	}
+	switch d {
+	case probe.MQTTToKafka, probe.KafkaToMQTT, probe.Roundtrip:
+	default:
+		return fmt.Errorf("%w: --direction %q: want mqtt-to-kafka, kafka-to-mqtt or roundtrip", errUsage, d)
+	}
+	sc := probe.SweepConfig{Direction: d, Base: probe.DefaultConfig(d)}
+	var files outFiles
+	var direction, clients, payloads string
+	fs := pflag.NewFlagSet("probe sweep", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.SortFlags = false
+	fs.StringVar(&direction, "direction", string(probe.MQTTToKafka), "direction measured at every point")
+	fs.StringVar(&clients, "clients", "1,30,60", "publisher counts, ascending, comma-separated")
+	fs.StringVar(&payloads, "payload", "12,120", "payload sizes in bytes, comma-separated (each >= 12)")
+	fs.DurationVar(&sc.Interval, "interval", 5*time.Second, "each publisher sends one message per interval (e.g. 5s; 2ms for the high-rate variant)")
+	fs.DurationVar(&sc.Duration, "duration", 120*time.Second, "send time of each run")
+	fs.IntVar(&sc.Repeat, "repeat", 1, "runs per point, averaged")
+	addRunFlags(fs, d, &sc.Base, &files, true)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments %s", errUsage, strings.Join(fs.Args(), " "))
+	}
+	var err error
+	if sc.Clients, err = probe.ParseInts(clients); err != nil {
+		return fmt.Errorf("--clients: %w", err)
+	}
+	if sc.Payloads, err = probe.ParseInts(payloads); err != nil {
+		return fmt.Errorf("--payload: %w", err)
+	}
+	if err := sc.Validate(); err != nil {
+		return err
+	}
+	env := probe.Env{Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	onPoint := func(p probe.SweepPoint) {
+		fmt.Fprintf(stderr, "point %d B x %d clients: %.1f msg/s received, avg %.3f ms, p99 %.3f ms, loss %.3f%%\n",
+			p.PayloadBytes, p.Clients, p.ThroughputMsgS, p.AvgMs, p.P99Ms, p.LossPct)
+	}
+	res, err := probe.Sweep(ctx, sc, env, onPoint)
+	if res == nil || len(res.Points) == 0 {
+		return err
+	}
+	if res.Knees == nil {
+		res.Knees = probe.FindKnees(res.Points)
+	}
+	if werr := probe.WriteSweepTable(stdout, res); werr != nil {
+		return errors.Join(err, werr)
+	}
+	if files.csv != "" {
+		if werr := writeFile(files.csv, func(w io.Writer) error { return probe.WriteSweepCSV(w, res.Points) }); werr != nil {
+			return errors.Join(err, werr)
+		}
+	}
+	if files.plot != "" {
+		paths, perr := charts.WriteSweep(files.plot, res)
+		if perr != nil {
+			return errors.Join(err, perr)
+		}
+		fmt.Fprintf(stdout, "plots: %s\n", strings.Join(paths, " "))
+	}
+	return err
+}
+
+// runCompare parses and runs "probe compare A.csv B.csv".
+func runCompare(args []string, stdout io.Writer) error {
+	if len(args) == 1 && (args[0] == "--help" || args[0] == "-h") {
+		fmt.Fprint(stdout, "usage: probe compare A.csv B.csv   (two run CSVs or two sweep CSVs; prints B/A per figure)\n")
+		return nil
+	}
+	if len(args) != 2 {
+		return fmt.Errorf("%w: compare wants two CSV files, got %d arguments", errUsage, len(args))
+	}
+	fa, err := os.Open(args[0])
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	defer fa.Close()
+	fb, err := os.Open(args[1])
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	defer fb.Close()
+	res, err := probe.Compare(fa, fb)
+	if err != nil {
+		return err
+	}
+	return probe.WriteComparison(stdout, res, args[0], args[1])
 }
 
 func writeFile(path string, write func(io.Writer) error) error {

@@ -148,3 +148,56 @@ func TestUnreachableSaysWhere(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+func TestPlotSweepAndCompare(t *testing.T) {
+	url := startBroker(t, true)
+	dir := t.TempDir()
+	a, b, figs := filepath.Join(dir, "a.csv"), filepath.Join(dir, "b.csv"), filepath.Join(dir, "figs")
+	for i, path := range []string{a, b} {
+		args := []string{"roundtrip", "--mqtt", url, "--topic", "/in", "--reply-topic", "/out",
+			"--count", "200", "--rate", "1000", "--csv", path}
+		if i == 0 { // drawing is slow under -race: once is enough
+			args = append(args, "--plot", figs)
+		}
+		out, _, err := runArgs(t, args...)
+		if err != nil || (i == 0 && !strings.Contains(out, "plots: ")) {
+			t.Fatalf("run: %v\n%s", err, out)
+		}
+	}
+	for _, name := range []string{"roundtrip-e2e-cdf.png", "roundtrip-e2e-time.png"} {
+		if st, err := os.Stat(filepath.Join(figs, name)); err != nil || st.Size() < 10_000 {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	out, _, err := runArgs(t, "compare", a, b)
+	if err != nil || !strings.Contains(out, "roundtrip/e2e") || !strings.Contains(out, "p99_ms") {
+		t.Fatalf("compare: %v\n%s", err, out)
+	}
+	if _, _, err := runArgs(t, "compare", a); exitCode(err) != exitUsage {
+		t.Fatalf("compare with one file: %v", err)
+	}
+
+	sweepCSV := filepath.Join(dir, "sweep.csv")
+	out, _, err = runArgs(t, "sweep", "--direction", "roundtrip", "--mqtt", url, "--topic", "/in", "--reply-topic", "/out",
+		"--clients", "1,2", "--payload", "12", "--interval", "100ms", "--duration", "1s", "--csv", sweepCSV, "--plot", figs)
+	if err != nil || !strings.Contains(out, "knee rule") {
+		t.Fatalf("sweep: %v\n%s", err, out)
+	}
+	f, err := os.Open(sweepCSV)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil || len(recs) != 3 || recs[1][0] != "roundtrip" || recs[2][7] != "20" {
+		t.Fatalf("sweep csv %v %v", recs, err)
+	}
+	for _, name := range []string{"sweep-throughput.png", "sweep-latency.png"} {
+		if st, err := os.Stat(filepath.Join(figs, name)); err != nil || st.Size() < 10_000 {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	if _, _, err := runArgs(t, "sweep", "--clients", "3,1"); exitCode(err) != exitUsage {
+		t.Fatalf("descending clients: %v", err)
+	}
+}

@@ -1,0 +1,291 @@
+// Package charts draws probe results as PNG figures (pure Go, gonum/plot):
+// latency CDFs and p50/p99 over time for a run, throughput and latency
+// against clients (one line per payload size) for a sweep.
+package charts
+
+import (
+	"errors"
+	"image/png"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/ferry-bridge/ferry/probe"
+	"github.com/ferry-bridge/ferry/probe/stats"
+)
+
+// ErrNoData means there was nothing to draw.
+var ErrNoData = errors.New("charts: no data to plot")
+
+// Figure size.
+const (
+	width  = 8 * vg.Inch
+	height = 5 * vg.Inch
+)
+
+// minLogMs is where latencies of 0 (clamped negatives) are drawn on a log
+// axis.
+const minLogMs = 0.001
+
+// WriteRun writes, for each available metric of res, <direction>-<metric>-cdf.png
+// (cumulative distribution of latency) and <direction>-<metric>-time.png
+// (p50 and p99 per second of arrival, with throughput). It returns the
+// paths written.
+func WriteRun(dir string, res *probe.Result) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("charts: %w", err)
+	}
+	var paths []string
+	for _, row := range res.Rows {
+		l := res.Latency(row.Metric)
+		if l == nil {
+			continue
+		}
+		base := filepath.Join(dir, fmt.Sprintf("%s-%s", res.Direction, row.Metric))
+		title := fmt.Sprintf("%s %s latency: %d msgs, QoS %d, %d B, %d clients, %d subscribers",
+			res.Direction, row.Metric, row.Counts.Received, row.QoS, row.PayloadBytes, row.Clients, row.Subscribers)
+		if err := cdf(base+"-cdf.png", title, l.CDF()); err != nil {
+			return paths, err
+		}
+		paths = append(paths, base+"-cdf.png")
+		if tl := res.Timeline(row.Metric); tl != nil {
+			if err := timeline(base+"-time.png", title, tl.Seconds()); err != nil {
+				return paths, err
+			}
+			paths = append(paths, base+"-time.png")
+		}
+	}
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("%w: no metric has samples", ErrNoData)
+	}
+	return paths, nil
+}
+
+func cdf(path, title string, pts []stats.CDFPoint) error {
+	if len(pts) == 0 {
+		return fmt.Errorf("%w: %s", ErrNoData, path)
+	}
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "latency (ms, log scale)"
+	p.Y.Label.Text = "fraction of messages at or below (CDF)"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Y.Min, p.Y.Max = 0, 1
+	xys := make(plotter.XYs, 0, len(pts)+1)
+	for _, pt := range pts {
+		xys = append(xys, plotter.XY{X: math.Max(pt.Ms, minLogMs), Y: pt.Fraction})
+	}
+	if len(xys) == 1 { // a single value: draw a step
+		xys = append(plotter.XYs{{X: xys[0].X / 2, Y: 0}}, xys...)
+	}
+	line, err := plotter.NewLine(xys)
+	if err != nil {
+		return fmt.Errorf("charts: %s: %w", path, err)
+	}
+	line.Color = plotutil.Color(0)
+	line.Width = vg.Points(1.5)
+	p.Add(plotter.NewGrid(), line)
+	for _, q := range []float64{0.5, 0.99} {
+		ms := quantileOf(pts, q)
+		mark, err := plotter.NewScatter(plotter.XYs{{X: math.Max(ms, minLogMs), Y: q}})
+		if err != nil {
+			return fmt.Errorf("charts: %s: %w", path, err)
+		}
+		mark.GlyphStyle.Shape = draw.CircleGlyph{}
+		mark.GlyphStyle.Radius = vg.Points(3)
+		p.Add(mark)
+		p.Legend.Add(fmt.Sprintf("p%g = %.3f ms", q*100, ms), mark)
+	}
+	p.Legend.Top = false
+	p.Legend.Left = false
+	return save(p, path)
+}
+
+// quantileOf is the smallest latency whose cumulative fraction reaches q.
+func quantileOf(pts []stats.CDFPoint, q float64) float64 {
+	for _, pt := range pts {
+		if pt.Fraction >= q {
+			return pt.Ms
+		}
+	}
+	return pts[len(pts)-1].Ms
+}
+
+func timeline(path, title string, secs []stats.Second) error {
+	if len(secs) == 0 {
+		return fmt.Errorf("%w: %s", ErrNoData, path)
+	}
+	lat := plot.New()
+	lat.Title.Text = title
+	lat.X.Label.Text = "time since start (s)"
+	lat.Y.Label.Text = "latency (ms)"
+	var p50, p99, thr plotter.XYs
+	for _, s := range secs {
+		x := s.Start.Seconds() + 0.5
+		thr = append(thr, plotter.XY{X: x, Y: float64(s.Count)})
+		if s.Count == 0 {
+			continue
+		}
+		p50 = append(p50, plotter.XY{X: x, Y: s.P50})
+		p99 = append(p99, plotter.XY{X: x, Y: s.P99})
+	}
+	if err := plotutil.AddLinePoints(lat, "p50 per second", p50, "p99 per second", p99); err != nil {
+		return fmt.Errorf("charts: %s: %w", path, err)
+	}
+	lat.Add(plotter.NewGrid())
+	lat.Y.Min = 0
+	lat.Legend.Top = true
+
+	rate := plot.New()
+	rate.X.Label.Text = "time since start (s)"
+	rate.Y.Label.Text = "received (msg/s)"
+	if err := plotutil.AddLines(rate, "arrivals per second", thr); err != nil {
+		return fmt.Errorf("charts: %s: %w", path, err)
+	}
+	rate.Add(plotter.NewGrid())
+	rate.Y.Min = 0
+	rate.X.Min, rate.X.Max = lat.X.Min, lat.X.Max
+	return saveStack(path, lat, rate)
+}
+
+// WriteSweep writes sweep-throughput.png (received msg/s and bit/s against
+// clients) and sweep-latency.png (average and p99 latency against
+// clients), one line per payload size, knees marked. It returns the paths.
+func WriteSweep(dir string, r *probe.SweepResult) ([]string, error) {
+	if len(r.Points) == 0 {
+		return nil, fmt.Errorf("%w: sweep has no points", ErrNoData)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("charts: %w", err)
+	}
+	byPayload := map[int][]probe.SweepPoint{}
+	for _, p := range r.Points {
+		byPayload[p.PayloadBytes] = append(byPayload[p.PayloadBytes], p)
+	}
+	var payloads []int
+	for k := range byPayload {
+		payloads = append(payloads, k)
+	}
+	slices.Sort(payloads)
+	series := func(f func(probe.SweepPoint) float64) []any {
+		var out []any
+		for _, pl := range payloads {
+			pts := byPayload[pl]
+			slices.SortFunc(pts, func(a, b probe.SweepPoint) int { return a.Clients - b.Clients })
+			xys := make(plotter.XYs, len(pts))
+			for i, p := range pts {
+				xys[i] = plotter.XY{X: float64(p.Clients), Y: f(p)}
+			}
+			out = append(out, fmt.Sprintf("%d B payload", pl), xys)
+		}
+		return out
+	}
+	sc := r.Config
+	title := fmt.Sprintf("sweep %s: one message per %v per client, QoS %d, %d repeat(s)", sc.Direction, sc.Interval, sc.Base.QoS, sc.Repeat)
+	knees := kneeNote(r.Knees)
+
+	msgs := newXY(title, "clients (publishers)", "received throughput (msg/s)")
+	if err := plotutil.AddLinePoints(msgs, series(func(p probe.SweepPoint) float64 { return p.ThroughputMsgS })...); err != nil {
+		return nil, fmt.Errorf("charts: %w", err)
+	}
+	bits := newXY(knees, "clients (publishers)", "received throughput (payload bit/s)")
+	if err := plotutil.AddLinePoints(bits, series(func(p probe.SweepPoint) float64 { return p.ThroughputBitS })...); err != nil {
+		return nil, fmt.Errorf("charts: %w", err)
+	}
+	thrPath := filepath.Join(dir, "sweep-throughput.png")
+	if err := saveStack(thrPath, msgs, bits); err != nil {
+		return nil, err
+	}
+
+	avg := newXY(title, "clients (publishers)", "average e2e latency (ms)")
+	if err := plotutil.AddLinePoints(avg, series(func(p probe.SweepPoint) float64 { return p.AvgMs })...); err != nil {
+		return nil, fmt.Errorf("charts: %w", err)
+	}
+	p99 := newXY(knees, "clients (publishers)", "p99 e2e latency (ms)")
+	if err := plotutil.AddLinePoints(p99, series(func(p probe.SweepPoint) float64 { return p.P99Ms })...); err != nil {
+		return nil, fmt.Errorf("charts: %w", err)
+	}
+	latPath := filepath.Join(dir, "sweep-latency.png")
+	if err := saveStack(latPath, avg, p99); err != nil {
+		return []string{thrPath}, err
+	}
+	return []string{thrPath, latPath}, nil
+}
+
+func kneeNote(knees []probe.Knee) string {
+	var parts []string
+	for _, k := range knees {
+		if k.Found {
+			parts = append(parts, fmt.Sprintf("%d B: knee at %d clients", k.PayloadBytes, k.Clients))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d B: no knee up to %d clients", k.PayloadBytes, k.Clients))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+func newXY(title, x, y string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = x
+	p.Y.Label.Text = y
+	p.Y.Min = 0
+	p.Add(plotter.NewGrid())
+	p.Legend.Top = true
+	p.Legend.Left = true
+	return p
+}
+
+func save(p *plot.Plot, path string) error {
+	img := vgimgNew(width, height)
+	p.Draw(draw.New(img))
+	return writePNG(path, img)
+}
+
+// saveStack draws plots one above the other in one PNG.
+func saveStack(path string, plots ...*plot.Plot) error {
+	img := vgimgNew(width, height*vg.Length(len(plots))*0.6)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadX: vg.Millimeter, PadY: 2 * vg.Millimeter,
+		PadTop: vg.Millimeter, PadBottom: vg.Millimeter, PadLeft: vg.Millimeter, PadRight: vg.Millimeter}
+	grid := make([][]*plot.Plot, len(plots))
+	for i, p := range plots {
+		grid[i] = []*plot.Plot{p}
+	}
+	canvases := plot.Align(grid, tiles, dc)
+	for i, p := range plots {
+		p.Draw(canvases[i][0])
+	}
+	return writePNG(path, img)
+}
+
+func vgimgNew(w, h vg.Length) *vgimg.Canvas { return vgimg.New(w, h) }
+
+func writePNG(path string, img *vgimg.Canvas) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("charts: %w", err)
+	}
+	// BestSpeed: flat colours compress well anyway, and the default level
+	// costs several times the drawing.
+	enc := png.Encoder{CompressionLevel: png.BestSpeed}
+	if err := enc.Encode(f, img.Image()); err != nil {
+		f.Close()
+		return fmt.Errorf("charts: write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("charts: close %s: %w", path, err)
+	}
+	return nil
+}
