@@ -84,7 +84,7 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		return pk, nil
 	}
 	qos := pk.FixedHeader.Qos
-	h.metrics.publishesByQoS.WithLabelValues(qosLabel[qos]).Inc()
+	h.metrics.publishes[qos].Inc()
 	route, err := h.tm.Forward(pk.TopicName)
 	if errors.Is(err, topicmap.ErrExcluded) {
 		return pk, nil

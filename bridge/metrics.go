@@ -9,6 +9,7 @@ import (
 type metrics struct {
 	connections      prometheus.Gauge
 	publishesByQoS   *prometheus.CounterVec
+	publishes        [3]prometheus.Counter // publishesByQoS resolved per QoS (hot path)
 	recordsProduced  prometheus.Counter
 	produceErrors    prometheus.Counter
 	drops            *prometheus.CounterVec
@@ -63,6 +64,9 @@ func newMetrics(reg prometheus.Registerer, ringLen, ringCap func() float64) (*me
 		m.reverseConsumed, m.reversePublished, m.reverseSkipped, m.reverseLag, m.subscriberDrops,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_ring_depth", Help: "Messages in the ring now."}, ringLen),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_ring_capacity", Help: "Ring capacity."}, ringCap),
+	}
+	for q := range m.publishes {
+		m.publishes[q] = m.publishesByQoS.WithLabelValues(qosLabel[q])
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
