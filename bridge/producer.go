@@ -292,7 +292,23 @@ func (p *producer) sendPartition(ctx context.Context, topic string, part int, re
 			n++
 		}
 		chunk := recs[:n]
-		if err := p.sendChunk(ctx, topic, part, chunk); err != nil {
+		err := p.sendChunk(ctx, topic, part, chunk)
+		if err != nil && errors.Is(err, ErrTooLarge) && n > 1 {
+			// Kafka's max.message.bytes limits the whole batch: one large
+			// record, or many small ones together, fail it. Send one by one
+			// so that only records too large on their own are refused.
+			for i, r := range chunk {
+				if err = p.sendChunk(ctx, topic, part, chunk[i:i+1]); err != nil && errors.Is(err, ErrTooLarge) {
+					r.complete(err)
+					p.metrics.produceErrors.Inc()
+					err = nil
+				} else if err != nil {
+					recs = recs[i:]
+					break
+				}
+			}
+		}
+		if err != nil {
 			failAll(recs, err)
 			p.metrics.produceErrors.Add(float64(len(recs)))
 			return
@@ -303,11 +319,14 @@ func (p *producer) sendPartition(ctx context.Context, topic string, part int, re
 
 func (p *producer) sendChunk(ctx context.Context, topic string, part int, chunk []*record) error {
 	krecs := make([]kafka.Record, len(chunk))
-	for i, r := range chunk {
-		krecs[i] = kafka.Record{Time: r.received, Key: kafka.NewBytes(r.key), Value: kafka.NewBytes(r.value), Headers: r.headers}
-	}
 	backoff := 20 * time.Millisecond
 	for attempt := 0; ; attempt++ {
+		// Fresh readers on every attempt: kafka.Bytes are read to the end by
+		// a produce request, and a retry with spent readers would write
+		// records with empty keys and values.
+		for i, r := range chunk {
+			krecs[i] = kafka.Record{Time: r.received, Key: kafka.NewBytes(r.key), Value: kafka.NewBytes(r.value), Headers: r.headers}
+		}
 		start := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, p.cfg.AckTimeout)
 		res, err := p.client.Produce(rctx, &kafka.ProduceRequest{

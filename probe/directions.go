@@ -49,7 +49,7 @@ func (r *runner) mqttToKafka(ctx context.Context) error {
 	}
 	defer consumer.Close()
 
-	pubs, err := connectMany(cfg, cfg.MQTT, r.clientID("pub"), cfg.Clients, r.log)
+	pubs, err := connectMany(cfg, cfg.MQTT, r.clientID("pub"), cfg.Clients, r.opener(cfg.MQTT), r.log)
 	if err != nil {
 		return err
 	}
@@ -113,7 +113,7 @@ func (r *runner) subscribeAll(ctx context.Context, url, topic string, n int) ([]
 		go func() {
 			defer wg.Done()
 			t0 := time.Now()
-			c, err := connectMQTT(r.cfg, url, fmt.Sprintf("%s-%d", prefix, i), r.log)
+			c, err := connectMQTT(r.cfg, url, fmt.Sprintf("%s-%d", prefix, i), r.opener(url), r.log)
 			if err != nil {
 				errs[i] = err
 				return
@@ -201,7 +201,7 @@ func (r *runner) roundtrip(ctx context.Context) error {
 		return err
 	}
 	defer disconnectAll(subs)
-	pubs, err := connectMany(cfg, cfg.MQTT, r.clientID("pub"), cfg.Clients, r.log)
+	pubs, err := connectMany(cfg, cfg.MQTT, r.clientID("pub"), cfg.Clients, r.opener(cfg.MQTT), r.log)
 	if err != nil {
 		return err
 	}

@@ -14,8 +14,9 @@ import (
 // errTimeout is wrapped when a token does not complete in time.
 var errTimeout = errors.New("timed out")
 
-// connectMQTT opens one MQTT 3.1.1 client connection.
-func connectMQTT(cfg Config, url, id string, log *slog.Logger) (paho.Client, error) {
+// connectMQTT opens one MQTT 3.1.1 client connection; open, if non-nil,
+// makes the TCP connection (through an emulated link).
+func connectMQTT(cfg Config, url, id string, open paho.OpenConnectionFunc, log *slog.Logger) (paho.Client, error) {
 	opts := paho.NewClientOptions().
 		AddBroker(url).
 		SetClientID(id).
@@ -27,6 +28,9 @@ func connectMQTT(cfg Config, url, id string, log *slog.Logger) (paho.Client, err
 		SetConnectionLostHandler(func(_ paho.Client, err error) {
 			log.Warn("mqtt connection lost", "client", id, "broker", url, "err", err)
 		})
+	if open != nil {
+		opts.SetCustomOpenConnectionFn(open)
+	}
 	if cfg.Username != "" {
 		opts.SetUsername(cfg.Username).SetPassword(cfg.Password)
 	}
@@ -40,7 +44,7 @@ func connectMQTT(cfg Config, url, id string, log *slog.Logger) (paho.Client, err
 
 // connectMany connects n clients concurrently; on error it disconnects
 // those that did connect.
-func connectMany(cfg Config, url, prefix string, n int, log *slog.Logger) ([]paho.Client, error) {
+func connectMany(cfg Config, url, prefix string, n int, open paho.OpenConnectionFunc, log *slog.Logger) ([]paho.Client, error) {
 	clients := make([]paho.Client, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -48,7 +52,7 @@ func connectMany(cfg Config, url, prefix string, n int, log *slog.Logger) ([]pah
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			clients[i], errs[i] = connectMQTT(cfg, url, fmt.Sprintf("%s-%d", prefix, i), log)
+			clients[i], errs[i] = connectMQTT(cfg, url, fmt.Sprintf("%s-%d", prefix, i), open, log)
 		}()
 	}
 	wg.Wait()

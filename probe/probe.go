@@ -18,6 +18,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/ferry-bridge/ferry/probe/link"
 	"github.com/ferry-bridge/ferry/probe/stamp"
 )
 
@@ -57,6 +58,9 @@ var (
 	// ErrPartialConnect means some subscribers could not connect or
 	// subscribe; the others were measured (results are still returned).
 	ErrPartialConnect = errors.New("subscribers failed to connect")
+	// ErrLink means the emulated link could not be set up (not root, no
+	// /dev/net/tun).
+	ErrLink = errors.New("link emulation failed")
 	// ErrSend means publishes or produces failed.
 	ErrSend = errors.New("send failed")
 )
@@ -111,6 +115,11 @@ type Config struct {
 	// Ramp is the rate at which subscribers connect, per second; 0
 	// connects them all at once. Default: 0.
 	Ramp float64
+	// Link, if set, puts the probe's MQTT clients behind an emulated link
+	// (package link): "satellite", "wifi", "lan" or
+	// "custom:delay=270ms,jitter=10ms,loss=0.5%,rate=2mbit". Needs root and
+	// /dev/net/tun. Default: none.
+	Link string
 	// Timeout is how long to wait for stragglers after the last send.
 	// Default: 10s.
 	Timeout time.Duration
@@ -214,6 +223,11 @@ func (c Config) Validate(d Direction) error {
 		return bad("timeout", c.Timeout, "must not be negative")
 	case c.ConnectTimeout < 0:
 		return bad("connect-timeout", c.ConnectTimeout, "must not be negative")
+	}
+	if c.Link != "" {
+		if _, err := link.Parse(c.Link); err != nil {
+			return bad("link", c.Link, err.Error())
+		}
 	}
 	if d == Roundtrip && c.ReplyMQTT == c.MQTT && c.ReplyTopic == c.Topic {
 		return bad("reply-topic", c.ReplyTopic, "equals --topic on the same broker: the subscriber would get the "+

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"log/slog"
+	"math"
 	"os"
 	"runtime"
 	"sync/atomic"
 	"time"
 
+	"github.com/ferry-bridge/ferry/probe/link"
 	"github.com/ferry-bridge/ferry/probe/stamp"
 	"github.com/ferry-bridge/ferry/probe/stats"
 	"github.com/ferry-bridge/ferry/topicmap"
@@ -44,6 +45,12 @@ func Run(ctx context.Context, d Direction, cfg Config, env Env) (*Result, error)
 			}
 		}
 		r.res.KafkaTopic = r.kafkaTopic
+	}
+	if cfg.Link != "" {
+		if err := r.startLink(); err != nil {
+			return nil, err
+		}
+		defer r.lnk.Close()
 	}
 	r.gen = newGenerator(r.clk, uint32(cfg.Warmup), uint32(cfg.Count), cfg.Rate, template)
 	r.cpuUser, r.cpuSys, _ = cpuTime()
@@ -106,6 +113,8 @@ type runner struct {
 	res        *Result
 	checks     []string
 	tl, appTL  *stats.Timeline
+	lnk        *link.Link
+	relays     map[string]string // broker URL -> relay address on the link
 }
 
 func (r *runner) newStreams(n int, withAppend bool) []*stream {
@@ -290,6 +299,9 @@ func (r *runner) finish() (*Result, error) {
 	}
 
 	r.checks = append(r.checks, r.clk.describe(), gs.describe())
+	if r.lnk != nil {
+		r.checks = append(r.checks, r.lnk.Describe())
+	}
 	if user, sys, ok := cpuTime(); ok {
 		wall := time.Duration(r.endNs - r.startNs)
 		cpu := user - r.cpuUser + sys - r.cpuSys

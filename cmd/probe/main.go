@@ -9,6 +9,21 @@
 //	probe sweep --direction mqtt-to-kafka --clients 1,30,60 --interval 5s --payload 12,120 \
 //	    --duration 120s --repeat 3 --csv sweep.csv --plot figs
 //	probe compare a.csv b.csv
+//	probe kafka-to-mqtt --subscribers 10000 --ramp 1000 --qos 1 --rate 2 --count 60
+//	probe mqtt-to-kafka --link satellite --rate 10 --count 300 --plot figs
+//
+// Sweep: each of --clients publishers sends one message per --interval for
+// --duration, per payload size, --repeat times averaged. The knee of a
+// payload size is the last point before the received throughput gained per
+// added client falls below half of what an added client offers
+// (1/interval msg/s): past it, clients add queueing and loss, not
+// throughput.
+//
+// --link puts the probe's MQTT clients in a private network namespace
+// behind a user-space packet forwarder (package probe/link) applying
+// delay, jitter, loss and a rate limit, so the kernel's TCP sees real loss
+// and RTT. Needs root and /dev/net/tun; everything is removed on exit,
+// Ctrl-C and kill -9 included.
 //
 // Exit status: 0 ok, 1 error (a broker unreachable, sends failed), 2 bad
 // usage, 3 a QoS >= 1 run lost messages (the figures are still printed).
@@ -191,6 +206,7 @@ func addRunFlags(fs *pflag.FlagSet, d probe.Direction, cfg *probe.Config, files 
 	}
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "how long to wait for stragglers after the last send")
 	fs.DurationVar(&cfg.ConnectTimeout, "connect-timeout", cfg.ConnectTimeout, "bound on connecting to MQTT and Kafka")
+	fs.StringVar(&cfg.Link, "link", "", "put the probe's MQTT clients behind an emulated link: satellite, wifi, lan or custom:delay=270ms,jitter=10ms,loss=0.5%,rate=2mbit (needs root and /dev/net/tun)")
 	fs.StringVar(&cfg.Username, "username", "", "MQTT username")
 	fs.StringVar(&cfg.Password, "password", "", "MQTT password")
 	if d == probe.KafkaToMQTT {

@@ -5,8 +5,8 @@ package charts
 
 import (
 	"errors"
-	"image/png"
 	"fmt"
+	"image/png"
 	"math"
 	"os"
 	"path/filepath"

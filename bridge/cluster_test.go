@@ -1,0 +1,157 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/ferry-bridge/ferry/internal/kafkatest"
+)
+
+// clusterEnv gates TestThreeBrokersKillOne: starting three Kafka JVMs takes
+// 30-60 s on the 2-core CI machine, more than a package's test budget.
+const clusterEnv = "FERRY_TEST_CLUSTER"
+
+// kafkaCluster is a 3-node KRaft cluster of one test's own, started with
+// `KAFKA_NODES=3 scripts/kafka.sh` in a state directory of its own.
+type kafkaCluster struct {
+	t     testing.TB
+	addrs string
+	env   []string
+}
+
+func startCluster(t testing.TB) *kafkaCluster {
+	t.Helper()
+	state, err := os.MkdirTemp("", "ferry-kafka-cluster-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &kafkaCluster{t: t, env: append(os.Environ(), "KAFKA_NODES=3", "KAFKA_STATE_DIR="+state, "KAFKA_HEAP=256m", "KAFKA_READY_TIMEOUT=180")}
+	t.Cleanup(func() {
+		c.run("down")
+		if t.Failed() {
+			t.Logf("cluster logs kept in %s/node*/broker.log", state)
+			return
+		}
+		os.RemoveAll(state)
+	})
+	start := time.Now()
+	out := strings.Split(strings.TrimSpace(c.run("up")), "\n")
+	c.addrs = strings.TrimSpace(out[len(out)-1])
+	t.Logf("3-broker cluster up at %s in %s", c.addrs, time.Since(start).Round(100*time.Millisecond))
+	return c
+}
+
+func (c *kafkaCluster) run(args ...string) string {
+	c.t.Helper()
+	cmd := exec.Command("bash", append([]string{filepath.Join("..", "scripts", "kafka.sh")}, args...)...)
+	cmd.Env = c.env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		c.t.Fatalf("scripts/kafka.sh %v: %v\n%s%s", args, err, stdout.String(), stderr.String())
+	}
+	return stdout.String()
+}
+
+// leader returns the node id leading partition 0 of topic and its replicas.
+func (c *kafkaCluster) leader(topic string) (int, int) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	md, err := kafkatest.Client(c.addrs).Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		c.t.Fatalf("metadata %s: %v", topic, err)
+	}
+	for _, tp := range md.Topics {
+		for _, p := range tp.Partitions {
+			if p.ID == 0 {
+				return p.Leader.ID, len(p.Replicas)
+			}
+		}
+	}
+	c.t.Fatalf("topic %s has no partition 0", topic)
+	return 0, 0
+}
+
+// TestThreeBrokersKillOne (issue 9, scenario 9): three Kafka brokers,
+// topics with replication factor 3 and min.insync.replicas=2, acks=all; the
+// leader of the topics' partition is killed (SIGKILL) mid-stream: no
+// acknowledged message is lost. Gated by FERRY_TEST_CLUSTER=1.
+func TestThreeBrokersKillOne(t *testing.T) {
+	if os.Getenv(clusterEnv) == "" {
+		t.Skipf("set %s=1 to run (starts a 3-broker Kafka cluster: 30-60 s, ~1 GiB)", clusterEnv)
+	}
+	kc := startCluster(t)
+	cfg := testConfig(kc.addrs)
+	cfg.Kafka.ReplicationFactor = 3
+	cfg.Kafka.Acks = "all"
+	cfg.Kafka.AckTimeout = 10 * time.Second
+	b := startBridge(t, cfg)
+
+	clients, perClient := 5, scaled(4000, 1000)
+	topics := make([]string, clients)
+	for i := range topics {
+		topics[i] = uniqueTopic(fmt.Sprintf("cluster%d", i))
+	}
+	// Create the topics through the bridge first so the leader is known. The
+	// warm-up record is "0", the stream's first sequence number: verifyAcked
+	// counts it as one duplicate per topic.
+	for i, topic := range topics {
+		c := connectPaho(t, b.MQTTAddr(), fmt.Sprintf("warm%d-%s", i, randHex(3)))
+		if tok := c.Publish(topic, 1, false, "0"); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+			t.Fatalf("warm-up publish: %v", tok.Error())
+		}
+		c.Disconnect(50)
+	}
+	leader, replicas := kc.leader(kafkaName(t, topics[0]))
+	minISR := topicConfig(t, kafkatest.Addrs(kc.addrs), kafkaName(t, topics[0]), "min.insync.replicas")
+	t.Logf("topic %s: %d replicas, min.insync.replicas=%s, leader node %d", kafkaName(t, topics[0]), replicas, minISR, leader)
+	if replicas != 3 || minISR != "2" {
+		t.Fatalf("want 3 replicas and min.insync.replicas=2, got %d and %s", replicas, minISR)
+	}
+
+	ledger := newLedger()
+	var reconnects atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := resilientPublisher(ctx, t, b.MQTTAddr, fmt.Sprintf("cl-%d-%s", i, randHex(2)), topics[i], perClient, 100, ledger, &reconnects); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	waitFor(t, 30*time.Second, "some records produced", func() bool {
+		return metricValue(t, b, "ferry_kafka_records_produced_total", nil) > float64(clients*perClient/5)
+	})
+	killedAt := metricValue(t, b, "ferry_kafka_records_produced_total", nil)
+	kc.run("kill", fmt.Sprint(leader))
+	t.Logf("killed node %d (leader) after %.0f records", leader, killedAt)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	acked, records, dups := verifyAcked(t, kc.addrs, ledger)
+	newLeader, _ := kc.leader(kafkaName(t, topics[0]))
+	t.Logf("3 brokers, leader killed: %d clients x %d QoS1 msgs: acked %d, records %d, duplicates %d (incl. %d warm-up), reconnects %d, new leader node %d",
+		clients, perClient, acked, records, dups, clients, reconnects.Load(), newLeader)
+	if acked != clients*perClient {
+		t.Fatalf("acked %d, want %d", acked, clients*perClient)
+	}
+}

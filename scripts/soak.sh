@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# soak.sh - the long, full-size reliability runs of issue 9 (CI runs shortened versions).
+#
+#   scripts/soak.sh            all of the below, one after the other
+#   scripts/soak.sh soak       TestSoak for 10 minutes at 5,000 msg/s each way
+#                              (FERRY_SOAK_DURATION, FERRY_SOAK_RATE override)
+#   scripts/soak.sh storm      TestConnectionStorm without -race: 10,000 clients (needs
+#                              ulimit -n >= 21024; reduced to what the limit allows otherwise)
+#   scripts/soak.sh garbage    TestBadInputGarbage for 30 s, TestSlowSubscriberReverse with
+#                              200,000 records (FERRY_SOAK_FULL=1)
+#   scripts/soak.sh cluster    TestThreeBrokersKillOne (starts 3 Kafka nodes of its own)
+#
+# Uses FERRY_TEST_KAFKA when set, else starts Kafka with scripts/kafka.sh (and stops it).
+# Runs without -race (full size); add RACE=1 to run with the race detector.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+started=0
+if [[ -z "${FERRY_TEST_KAFKA:-}" ]]; then
+	FERRY_TEST_KAFKA=$(scripts/kafka.sh up | tail -n1)
+	started=1
+fi
+export FERRY_TEST_KAFKA
+trap 'if ((started)); then scripts/kafka.sh down; fi' EXIT
+race=()
+[[ -n "${RACE:-}" ]] && race=(-race)
+
+run() { go test "${race[@]}" -count=1 -v "$@" ./bridge/; }
+
+what=${1:-all}
+case "$what" in
+soak | all) FERRY_SOAK_DURATION=${FERRY_SOAK_DURATION:-10m} run -timeout 30m -run '^TestSoak$' ;;&
+storm | all) run -timeout 10m -run '^TestConnectionStorm$' ;;&
+garbage | all) FERRY_SOAK_FULL=1 run -timeout 20m -run '^(TestBadInputGarbage|TestSlowSubscriberReverse)$' ;;&
+cluster | all) FERRY_TEST_CLUSTER=1 run -timeout 20m -run '^TestThreeBrokersKillOne$' ;;&
+soak | storm | garbage | cluster | all) ;;
+*)
+	sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
+	exit 2
+	;;
+esac
