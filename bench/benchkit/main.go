@@ -8,6 +8,7 @@
 //	benchkit recv    --mqtt tcp://127.0.0.1:1883 --topic /a/b --kafka-topic _a_b --count N --csv out.csv
 //	benchkit perfcsv --qos -1 --payload-bytes 12 --rate -1 < perf-test.log > out.csv
 //	benchkit summary --csv results.csv --env env.txt > summary.md
+//	benchkit puback  --mqtt tcp://127.0.0.1:1883 --count 100000 --rate 1000 --clients 1
 package main
 
 import (
@@ -23,7 +24,7 @@ import (
 // errUsage marks bad command lines.
 var errUsage = errors.New("usage")
 
-const usage = `usage: benchkit topics|recv|perfcsv|summary [flags]`
+const usage = `usage: benchkit topics|recv|perfcsv|summary|puback [flags]`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -52,6 +53,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runPerfCSV(args[1:], stdin, stdout, stderr)
 	case "summary":
 		return runSummary(args[1:], stdout, stderr)
+	case "puback":
+		return runPuback(ctx, args[1:], stdout, stderr)
 	default:
 		fmt.Fprintln(stderr, usage)
 		return fmt.Errorf("%w: unknown command %q", errUsage, args[0])
