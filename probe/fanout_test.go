@@ -23,7 +23,8 @@ func TestFanout200(t *testing.T) {
 	cfg := testConfig(KafkaToMQTT, b, brokers)
 	cfg.Topic, cfg.Count, cfg.Warmup, cfg.Rate = "/fan/out", count, 10, 200
 	cfg.Subscribers, cfg.Ramp = subs, 1000
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	cfg.Timeout = 40 * time.Second // stragglers on a loaded 2-core machine
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	res, err := Run(ctx, KafkaToMQTT, cfg, Env{})
 	if err != nil {

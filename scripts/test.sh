@@ -132,7 +132,10 @@ go vet "${pkgs[@]}" || FAILED+=("go vet")
 phase_end
 
 phase_start "go-test"
-if ! go test -race -count=1 -timeout 30m "${test_args[@]}"; then
+# -p 1: one package's tests at a time. The machine has 2 cores shared by Kafka,
+# the bridges under test and their load generators; latency assertions (the
+# probe's injected-delay test, the ring's wake-up test) need them quiet.
+if ! go test -race -count=1 -p 1 -timeout 40m "${test_args[@]}"; then
 	FAILED+=("go test")
 	if ((KAFKA_EXTERNAL == 0)) && log=$(scripts/kafka.sh log) && [[ -f "$log" ]]; then
 		say "Kafka broker log: $log; its last WARN/ERROR lines:"
