@@ -140,9 +140,10 @@ func freeAddr(t testing.TB) string {
 
 // childBridge runs this test binary as a bridge process.
 type childBridge struct {
-	t   *testing.T
-	env []string
-	cmd *exec.Cmd
+	t    *testing.T
+	env  []string
+	cmd  *exec.Cmd
+	addr string // MQTT address, once started
 }
 
 func (c *childBridge) start() {
@@ -162,7 +163,8 @@ func (c *childBridge) start() {
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			if strings.HasPrefix(sc.Text(), "ready ") {
+			if a, ok := strings.CutPrefix(sc.Text(), "ready "); ok {
+				c.addr = a
 				close(ready)
 			}
 		}

@@ -17,6 +17,9 @@ import (
 // configuration comes from FERRY_* variables, as for cmd/bridge.
 const childEnv = "FERRY_TEST_BRIDGE_CHILD"
 
+// childConfigEnv names an optional YAML config file for the child.
+const childConfigEnv = "FERRY_TEST_BRIDGE_CHILD_CONFIG"
+
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runChild())
@@ -27,6 +30,7 @@ func TestMain(m *testing.M) {
 func runChild() int {
 	fs := pflag.NewFlagSet("child", pflag.ContinueOnError)
 	flags := BindFlags(fs)
+	flags.ConfigFile = os.Getenv(childConfigEnv)
 	cfg, err := LoadConfig(fs, flags, os.LookupEnv)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child config:", err)
