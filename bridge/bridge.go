@@ -53,6 +53,7 @@ type Bridge struct {
 	workers       sync.WaitGroup
 	hardCancel    context.CancelFunc
 	watchCancel   context.CancelFunc
+	watchDone     chan struct{}
 	reverseCtx    context.Context
 	reverseCancel context.CancelFunc
 
@@ -212,10 +213,14 @@ func (b *Bridge) start(ctx context.Context) error {
 	}()
 	watchCtx, watchCancel := context.WithCancel(context.Background())
 	b.watchCancel = watchCancel
-	go b.watchKafka(watchCtx)
+	b.watchDone = make(chan struct{})
+	go func() {
+		defer close(b.watchDone)
+		b.watchKafka(watchCtx)
+	}()
 
 	if len(b.cfg.Reverse.Topics) > 0 {
-		b.reverse, err = newReverse(b.cfg, b.log, b.server, b.tm, b.metrics, brokers, transport)
+		b.reverse, err = newReverse(b.cfg, b.log, b.server, b.tm, b.metrics, brokers)
 		if err != nil {
 			return fmt.Errorf("reverse path: %w", err)
 		}
@@ -372,6 +377,7 @@ func (b *Bridge) shutdown() error {
 		}
 		if b.watchCancel != nil {
 			b.watchCancel()
+			<-b.watchDone
 		}
 		if b.reverseCancel != nil {
 			b.reverseCancel()

@@ -8,8 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,10 +98,7 @@ func TestThreeBrokersKillOne(t *testing.T) {
 	b := startBridge(t, cfg)
 
 	clients, perClient := 5, scaled(4000, 1000)
-	topics := make([]string, clients)
-	for i := range topics {
-		topics[i] = uniqueTopic(fmt.Sprintf("cluster%d", i))
-	}
+	topics := topicsFor("cluster", clients)
 	// Create the topics through the bridge first so the leader is known. The
 	// warm-up record is "0", the stream's first sequence number: verifyAcked
 	// counts it as one duplicate per topic.
@@ -121,36 +116,18 @@ func TestThreeBrokersKillOne(t *testing.T) {
 		t.Fatalf("want 3 replicas and min.insync.replicas=2, got %d and %s", replicas, minISR)
 	}
 
-	ledger := newLedger()
-	var reconnects atomic.Int64
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make(chan error, clients)
-	for i := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := resilientPublisher(ctx, t, b.MQTTAddr, fmt.Sprintf("cl-%d-%s", i, randHex(2)), topics[i], perClient, 100, ledger, &reconnects); err != nil {
-				errs <- err
-			}
-		}()
-	}
+	f := startFleet(t, b.MQTTAddr, "cl-"+randHex(2), topics, perClient, 100, 4*time.Minute)
 	waitFor(t, 30*time.Second, "some records produced", func() bool {
 		return metricValue(t, b, "ferry_kafka_records_produced_total", nil) > float64(clients*perClient/5)
 	})
 	killedAt := metricValue(t, b, "ferry_kafka_records_produced_total", nil)
 	kc.run("kill", fmt.Sprint(leader))
 	t.Logf("killed node %d (leader) after %.0f records", leader, killedAt)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	acked, records, dups := verifyAcked(t, kc.addrs, ledger)
+	f.wait(t)
+	acked, records, dups := verifyAcked(t, kc.addrs, f.ledger)
 	newLeader, _ := kc.leader(kafkaName(t, topics[0]))
 	t.Logf("3 brokers, leader killed: %d clients x %d QoS1 msgs: acked %d, records %d, duplicates %d (incl. %d warm-up), reconnects %d, new leader node %d",
-		clients, perClient, acked, records, dups, clients, reconnects.Load(), newLeader)
+		clients, perClient, acked, records, dups, clients, f.reconnects.Load(), newLeader)
 	if acked != clients*perClient {
 		t.Fatalf("acked %d, want %d", acked, clients*perClient)
 	}

@@ -86,6 +86,54 @@ func resilientPublisher(ctx context.Context, t testing.TB, addr func() string, i
 	return nil
 }
 
+// fleet is a set of resilient publishers running in the background, one
+// per topic, sharing a ledger of what the bridge acknowledged.
+type fleet struct {
+	ledger     *ackLedger
+	reconnects atomic.Int64
+	wg         sync.WaitGroup
+	errs       chan error
+	cancel     context.CancelFunc
+}
+
+// startFleet starts one resilientPublisher per topic (client ids
+// idPrefix-N), each sending perClient messages in windows of window.
+func startFleet(t testing.TB, addr func() string, idPrefix string, topics []string, perClient, window int, timeout time.Duration) *fleet {
+	f := &fleet{ledger: newLedger(), errs: make(chan error, len(topics))}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	f.cancel = cancel
+	for i, topic := range topics {
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			if err := resilientPublisher(ctx, t, addr, fmt.Sprintf("%s-%d", idPrefix, i), topic, perClient, window, f.ledger, &f.reconnects); err != nil {
+				f.errs <- err
+			}
+		}()
+	}
+	return f
+}
+
+// wait waits for every publisher and fails the test if one gave up.
+func (f *fleet) wait(t testing.TB) {
+	t.Helper()
+	f.wg.Wait()
+	f.cancel()
+	close(f.errs)
+	for err := range f.errs {
+		t.Fatal(err)
+	}
+}
+
+// topicsFor returns n fresh MQTT topics.
+func topicsFor(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = uniqueTopic(fmt.Sprintf("%s%d", prefix, i))
+	}
+	return out
+}
+
 func countTrue(b []bool) int {
 	n := 0
 	for _, v := range b {
@@ -203,37 +251,16 @@ func TestBridgeKill9LosesNothingAcked(t *testing.T) {
 	child.start()
 	defer child.stop()
 
-	ledger := newLedger()
-	var reconnects atomic.Int64
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make(chan error, clients)
-	var progress atomic.Int64
-	for i := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			topic := uniqueTopic(fmt.Sprintf("kill9c%d", i))
-			if err := resilientPublisher(ctx, t, func() string { return mqttAddr }, fmt.Sprintf("kill9-%d", i), topic, perClient, 200, ledger, &reconnects); err != nil {
-				errs <- err
-			}
-			progress.Add(1)
-		}()
-	}
+	f := startFleet(t, func() string { return mqttAddr }, "kill9", topicsFor("kill9c", clients), perClient, 200, 5*time.Minute)
 	// Kill once a good part of the stream went through.
 	time.Sleep(2 * time.Second)
 	child.kill9()
 	t.Logf("bridge killed with SIGKILL; restarting")
 	child.start()
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	acked, records, dups := verifyAcked(t, brokers, ledger)
+	f.wait(t)
+	acked, records, dups := verifyAcked(t, brokers, f.ledger)
 	t.Logf("kill -9 of the bridge: %d clients x %d QoS1 msgs: acked %d, records in Kafka %d, duplicates %d, reconnects %d",
-		clients, perClient, acked, records, dups, reconnects.Load())
+		clients, perClient, acked, records, dups, f.reconnects.Load())
 	if acked != clients*perClient {
 		t.Fatalf("acked %d, want %d: publishers gave up", acked, clients*perClient)
 	}
@@ -263,36 +290,17 @@ func TestKafkaKilledMidStream(t *testing.T) {
 	if raceEnabled {
 		perClient = 1000
 	}
-	ledger := newLedger()
-	var reconnects atomic.Int64
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make(chan error, clients)
-	for i := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			topic := uniqueTopic(fmt.Sprintf("kkill%d", i))
-			if err := resilientPublisher(ctx, t, b.MQTTAddr, fmt.Sprintf("kkill-%d", i), topic, perClient, 100, ledger, &reconnects); err != nil {
-				errs <- err
-			}
-		}()
-	}
+	f := startFleet(t, b.MQTTAddr, "kkill", topicsFor("kkill", clients), perClient, 100, 4*time.Minute)
 	time.Sleep(time.Second)
 	kb.Kill()
 	waitFor(t, 15*time.Second, "readyz false after kafka was killed", func() bool { return !ready() })
 	t.Logf("kafka killed; /readyz is false")
 	kb.Up()
 	waitFor(t, 30*time.Second, "readyz true after kafka restarted", ready)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	acked, records, dups := verifyAcked(t, kb.Addr, ledger)
+	f.wait(t)
+	acked, records, dups := verifyAcked(t, kb.Addr, f.ledger)
 	t.Logf("kafka kill -9: %d clients x %d QoS1 msgs: acked %d, records %d, duplicates %d, reconnects %d",
-		clients, perClient, acked, records, dups, reconnects.Load())
+		clients, perClient, acked, records, dups, f.reconnects.Load())
 	if acked != clients*perClient {
 		t.Fatalf("acked %d, want %d", acked, clients*perClient)
 	}

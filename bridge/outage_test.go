@@ -2,11 +2,8 @@ package bridge
 
 import (
 	"context"
-	"fmt"
 	"net"
-	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -129,7 +126,7 @@ func TestRingFullKafkaPaused(t *testing.T) {
 			t.Fatalf("warm-up publish: %v", tok.Error())
 		}
 	}
-	rssBefore := rssKiB(t)
+	rssBefore := vmRSS(t) >> 10
 	kb.Pause()
 	paused := time.Now()
 	const n1, n0 = 2000, 5000
@@ -166,7 +163,7 @@ func TestRingFullKafkaPaused(t *testing.T) {
 		}
 	}
 	mu.Unlock()
-	rssPaused := rssKiB(t)
+	rssPaused := vmRSS(t) >> 10
 	kb.Resume()
 	t.Logf("kafka paused for %s", time.Since(paused).Round(time.Millisecond))
 	wg.Wait()
@@ -193,21 +190,4 @@ func TestRingFullKafkaPaused(t *testing.T) {
 	if dropped == 0 {
 		t.Fatal("no QoS0 drop counted with a 16-slot ring and Kafka frozen")
 	}
-}
-
-// rssKiB reads this process's resident set size.
-func rssKiB(t testing.TB) int {
-	t.Helper()
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			var kb int
-			fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(line, "VmRSS:")), "%d", &kb)
-			return kb
-		}
-	}
-	return 0
 }

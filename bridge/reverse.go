@@ -11,7 +11,6 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
-	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-bridge/ferry/topicmap"
@@ -69,7 +68,7 @@ const reverseSlowWait = time.Second
 // acknowledge in-flight messages before the final commit.
 const reverseDrainTimeout = 2 * time.Second
 
-func newReverse(cfg Config, log *slog.Logger, server *mqtt.Server, tm *topicmap.Map, m *metrics, brokers []string, _ *kafka.Transport) (*reverse, error) {
+func newReverse(cfg Config, log *slog.Logger, server *mqtt.Server, tm *topicmap.Map, m *metrics, brokers []string) (*reverse, error) {
 	inline, ok := server.Clients.Get(mqtt.InlineClientId)
 	if !ok {
 		return nil, errors.New("mqtt inline client is not enabled")

@@ -141,25 +141,8 @@ func (c *lightClient) read() (byte, []byte, error) {
 
 func (c *lightClient) close() { c.conn.Close() }
 
-// vmRSS returns this process's resident set size in bytes (/proc/self/status).
-func vmRSS(t testing.TB) int64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatalf("read /proc/self/status: %v", err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				t.Fatalf("VmRSS %q: %v", v, err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatal("no VmRSS in /proc/self/status")
-	return 0
-}
+// vmRSS returns this process's resident set size in bytes.
+func vmRSS(t testing.TB) int64 { return procRSS(t, os.Getpid()) }
 
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
