@@ -59,10 +59,21 @@ func TestKafkaUnreachableAtStart(t *testing.T) {
 	for i := range sent {
 		c.Publish(topic0, 0, false, strconv.Itoa(i)).Wait()
 	}
-	var dropped float64
+	// The received counter moves when the hook starts on a publish, the drop
+	// counter when it ends: wait until all are received and the drop count
+	// has stopped moving (nothing drains while Kafka is away).
+	dropped := -1.0
 	waitFor(t, 10*time.Second, "QoS0 publishes counted", func() bool {
+		if metricValue(t, b, "ferry_mqtt_publishes_received_total", map[string]string{"qos": "0"}) != sent {
+			return false
+		}
+		prev := dropped
 		dropped = metricValue(t, b, "ferry_dropped_total", map[string]string{"reason": "ring_full"})
-		return metricValue(t, b, "ferry_mqtt_publishes_received_total", map[string]string{"qos": "0"}) == sent
+		if prev != dropped {
+			time.Sleep(50 * time.Millisecond)
+			return false
+		}
+		return true
 	})
 	if dropped <= 0 || dropped >= sent {
 		t.Fatalf("dropped %v of %d QoS0 messages, want some but not all (ring 64 + lane)", dropped, sent)
