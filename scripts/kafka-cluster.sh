@@ -252,14 +252,8 @@ cluster_kill() {
 	local node=$1
 	exec 9>"$CSTATE/.lock"
 	flock 9
-	local pid i
-	pid=$(running_pid) || die "node $node not running"
-	kill -KILL "$pid"
-	for ((i = 0; i < 100; i++)); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.05
-	done
-	touch "$STATE/killed"
+	local pid
+	pid=$(kill_broker) || die "node $node not running"
 	log "killed node $node pid $pid (data kept; 'up' restarts it)"
 }
 

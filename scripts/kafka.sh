@@ -339,18 +339,26 @@ cmd_down() {
 	log "stopped broker pid $pid (log kept at $LOG)"
 }
 
-cmd_kill() {
-	mkdir -p "$STATE"
-	exec 9>"$STATE/.lock"
-	flock 9
+# kill_broker SIGKILLs the broker of $STATE, waits until it is gone and marks
+# it for a restart with its data and ports; prints its pid. Fails when none runs.
+kill_broker() {
 	local pid i
-	pid=$(running_pid) || die "not running"
+	pid=$(running_pid) || return 1
 	kill -KILL "$pid"
 	for ((i = 0; i < 100; i++)); do
 		kill -0 "$pid" 2>/dev/null || break
 		sleep 0.05
 	done
 	touch "$STATE/killed"
+	echo "$pid"
+}
+
+cmd_kill() {
+	mkdir -p "$STATE"
+	exec 9>"$STATE/.lock"
+	flock 9
+	local pid
+	pid=$(kill_broker) || die "not running"
 	log "killed broker pid $pid (data kept; 'up' restarts it)"
 }
 
