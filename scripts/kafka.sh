@@ -162,8 +162,16 @@ java_tool() {
 		-cp "$LIB/*" "$cls" "$@"
 }
 
-# cluster_id prints a random Kafka cluster id (base64url of 16 bytes, no padding).
-cluster_id() { head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' | cut -c1-22; }
+# cluster_id prints a random KRaft cluster id (base64url of 16 bytes). One that
+# starts with '-' would be read as an option by kafka-storage: draw again.
+cluster_id() {
+	local id
+	while :; do
+		id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' | cut -c1-22)
+		[[ "$id" == -* ]] || break
+	done
+	echo "$id"
+}
 
 # answers_metadata ADDR: true when the broker answers a metadata request listing itself
 # (KRaft lists only registered, unfenced brokers). Uses kcat when installed (fast), else a
