@@ -27,7 +27,6 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/ferry-bridge/ferry/internal/kafkatest"
@@ -121,7 +120,7 @@ func mosquittoPub(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	bin, err := exec.LookPath("mosquitto_pub")
 	if err != nil {
-		t.Skip("mosquitto_pub not installed (apt-get install mosquitto-clients)")
+		t.Fatal("mosquitto_pub not installed (apt-get install mosquitto-clients; scripts/test.sh installs it)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -321,7 +320,7 @@ func TestMetricsCountExactlyN(t *testing.T) {
 	if d := after["ferry_kafka_produce_errors_total"] - before["ferry_kafka_produce_errors_total"]; d != 0 {
 		t.Errorf("ferry_kafka_produce_errors_total moved by %v, want 0", d)
 	}
-	if got := recordCount(t, b.KafkaBrokers(), kafkaName(t, topic)); got != n+1 {
+	if got := kafkatest.RecordCount(t, strings.Join(b.KafkaBrokers(), ","), kafkaName(t, topic)); got != int64(n+1) {
 		t.Errorf("Kafka topic holds %d records, want %d", got, n+1)
 	}
 	if got := after["ferry_ring_capacity"]; got != float64(cfg.Ring.Capacity) {
@@ -339,36 +338,6 @@ func TestMetricsCountExactlyN(t *testing.T) {
 			t.Errorf("metric %s not exported", name)
 		}
 	}
-}
-
-// recordCount sums high watermark - log start over a topic's partitions. It
-// uses a fresh kafka-go Transport: the shared default one answers metadata
-// requests from a cache that does not know topics created in the last few
-// seconds.
-func recordCount(t testing.TB, brokers []string, topic string) int64 {
-	t.Helper()
-	c := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: &kafka.Transport{}}
-	ctx := context.Background()
-	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
-	if err != nil || len(md.Topics) != 1 || md.Topics[0].Error != nil {
-		t.Fatalf("metadata for %s: %v %+v", topic, err, md)
-	}
-	var reqs []kafka.OffsetRequest
-	for _, p := range md.Topics[0].Partitions {
-		reqs = append(reqs, kafka.FirstOffsetOf(p.ID), kafka.LastOffsetOf(p.ID))
-	}
-	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
-	if err != nil {
-		t.Fatalf("list offsets of %s: %v", topic, err)
-	}
-	var n int64
-	for _, p := range res.Topics[topic] {
-		if p.Error != nil {
-			t.Fatalf("list offsets of %s/%d: %v", topic, p.Partition, p.Error)
-		}
-		n += p.LastOffset - p.FirstOffset
-	}
-	return n
 }
 
 // documentedMetrics are the series the README lists.
@@ -575,7 +544,7 @@ func TestReadyzFlipsWithKafka(t *testing.T) {
 		t.Skip("starts and stops a private Kafka twice")
 	}
 	if _, err := exec.LookPath("java"); err != nil {
-		t.Skip("java not installed")
+		t.Fatal("java not installed (scripts/test.sh installs it)")
 	}
 	k := &privateKafka{t: t, state: t.TempDir(), port: freePort(t)}
 	start := time.Now()

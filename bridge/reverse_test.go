@@ -27,11 +27,11 @@ import (
 func TestReverseKcatToSubscribers(t *testing.T) {
 	kcat, err := exec.LookPath("kcat")
 	if err != nil {
-		t.Skip("kcat not installed (apt-get install kcat)")
+		t.Fatal("kcat not installed (apt-get install kcat; scripts/test.sh installs it)")
 	}
 	msub, err := exec.LookPath("mosquitto_sub")
 	if err != nil {
-		t.Skip("mosquitto_sub not installed (apt-get install mosquitto-clients)")
+		t.Fatal("mosquitto_sub not installed (apt-get install mosquitto-clients; scripts/test.sh installs it)")
 	}
 	brokers := kafkatest.Brokers(t)
 	n := scaled(10000, 2000)
