@@ -187,7 +187,7 @@ func (b *Bridge) start(ctx context.Context) error {
 
 	b.server = mqtt.New(b.mochiOptions())
 	b.hook = &hook{cfg: b.cfg, log: b.log, tm: b.tm, ring: b.ring, metrics: b.metrics, server: b.server,
-		logs: newRateLimiter(b.log, 10*time.Second), origin: []byte(b.cfg.Instance.ID)}
+		logs: newRateLimiter(b.log, 10*time.Second), origin: []byte(b.cfg.Instance.ID), locals: newLocalPublishers()}
 	if err := addAuth(b.server, b.cfg.MQTT); err != nil {
 		return err
 	}
@@ -250,6 +250,9 @@ func (b *Bridge) mochiOptions() *mqtt.Options {
 	caps.MaximumPacketSize = uint32(b.cfg.MQTT.MaxPacketSize)
 	caps.MaximumClientWritesPending = int32(b.cfg.MQTT.ClientWritesPending)
 	caps.ReceiveMaximum = uint16(b.cfg.MQTT.MaxInflight)
+	// Acknowledgements carry only their own reason string and user
+	// properties, never the PUBLISH's (a strict client refuses them).
+	caps.Compatibilities.NoInheritedPropertiesOnAck = true
 	return &mqtt.Options{
 		Capabilities: caps,
 		InlineClient: true,

@@ -212,29 +212,6 @@ func TestTopicCreationCap(t *testing.T) {
 	}
 }
 
-// TestQoS2AckedAfterKafka: a QoS 2 publish completes (PUBREC/PUBREL/PUBCOMP)
-// and its record is in Kafka.
-func TestQoS2AckedAfterKafka(t *testing.T) {
-	brokers := kafkatest.Brokers(t)
-	b := startBridge(t, testConfig(brokers))
-	topic := uniqueTopic("qos2")
-	c := connectPaho(t, b.MQTTAddr(), "qos2-pub")
-	for i := range 20 {
-		if tok := c.Publish(topic, 2, false, strconv.Itoa(i)); !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
-			t.Fatalf("QoS2 publish %d: %v", i, tok.Error())
-		}
-	}
-	msgs := readTopic(t, b.KafkaBrokers(), kafkaName(t, topic), 20, 20*time.Second)
-	for i, m := range msgs {
-		if string(m.Value) != strconv.Itoa(i) {
-			t.Fatalf("record %d = %q", i, m.Value)
-		}
-		if q, _ := header(m, topicmap.HeaderQoS); q != "2" {
-			t.Fatalf("record %d qos header %q, want 2", i, q)
-		}
-	}
-}
-
 // TestGracefulShutdownDrains: Close while QoS 0 messages sit in the ring:
 // they are written to Kafka before the bridge stops.
 func TestGracefulShutdownDrains(t *testing.T) {

@@ -24,19 +24,21 @@ import (
 // QoS 0: the record is put in the ring and mochi delivers to local
 // subscribers at once.
 //
-// QoS 1: pipelined. The hook registers the publish in the client's in-order
-// acknowledgement queue, puts the record in the ring and tells mochi to stop
-// there (ErrRejectPacket). When Kafka has acknowledged, the PUBACK is
-// written (in the order the PUBLISHes arrived) and the message is delivered
-// to local subscribers through the inline client. A client may have up to
-// mqtt.max_inflight publishes waiting at once.
+// QoS 1: pipelined. The hook registers the publish in the connection's
+// acknowledgement queue (acks.go), puts the record in the ring and tells
+// mochi to stop there (ErrRejectPacket). When Kafka has acknowledged, the
+// PUBACK is written (in the order the PUBLISHes arrived) and the message is
+// delivered to local subscribers as if mochi had (local.go). A client may
+// have up to mqtt.max_inflight publishes waiting at once.
 //
-// QoS 2: the hook waits for Kafka's acknowledgement, then lets mochi send
-// PUBREC and deliver; QoS 2 is rare enough that pipelining it is not worth
-// re-implementing mochi's PUBREL/PUBCOMP state.
+// QoS 2: the hook waits for Kafka's acknowledgement and for its turn in the
+// acknowledgement queue, then lets mochi send PUBREC and deliver; QoS 2 is
+// rare enough that pipelining it is not worth re-implementing mochi's
+// PUBREL/PUBCOMP state.
 //
 // Failures are never acknowledged: MQTT v5 clients get a reason code, v3.1.1
-// clients are disconnected so that they resend.
+// clients are disconnected so that they resend. Every acknowledgement of a
+// connection, positive or negative, leaves through its queue.
 type hook struct {
 	mqtt.HookBase
 	cfg     Config
@@ -47,27 +49,43 @@ type hook struct {
 	server  *mqtt.Server
 	logs    *rateLimiter
 
-	seq      atomic.Uint64
-	origin   []byte
-	sessions sync.Map // *mqtt.Client -> *session
+	seq    atomic.Uint64
+	origin []byte
+	queues sync.Map // *mqtt.Client -> *ackQueue
+	locals *localPublishers
 }
 
 func (h *hook) ID() string { return "ferry-bridge" }
 
 func (h *hook) Provides(b byte) bool {
-	return bytes.Contains([]byte{mqtt.OnPublish, mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnPublishDropped}, []byte{b})
+	return bytes.Contains([]byte{mqtt.OnPublish, mqtt.OnSessionEstablished, mqtt.OnDisconnect,
+		mqtt.OnPublishDropped, mqtt.OnSubscribe}, []byte{b})
 }
 
 func (h *hook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
-	if !cl.Net.Inline {
-		h.metrics.connections.Inc()
+	if cl.Net.Inline {
+		return
 	}
+	h.metrics.connections.Inc()
+	if cl.State.Subscriptions.Len() > 0 { // inherited from an earlier connection
+		h.queue(cl).subscribed.Store(true)
+	}
+}
+
+// OnSubscribe marks the connection as one mochi may write deliveries to
+// from its own queue (see ackQueue.subscribed). It runs before the
+// subscription exists.
+func (h *hook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	if !cl.Net.Inline {
+		h.queue(cl).subscribed.Store(true)
+	}
+	return pk
 }
 
 func (h *hook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
 	if !cl.Net.Inline {
 		h.metrics.connections.Dec()
-		h.sessions.Delete(cl)
+		h.queues.Delete(cl)
 	}
 }
 
@@ -81,6 +99,7 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	if cl.Net.Inline {
 		// Published by the reverse path or our own local delivery: never
 		// bridged back to Kafka.
+		h.locals.restore(cl, &pk)
 		return pk, nil
 	}
 	qos := pk.FixedHeader.Qos
@@ -92,7 +111,9 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	if err != nil {
 		h.metrics.drops.WithLabelValues("unmappable_topic").Inc()
 		h.logs.Warn(pk.TopicName, "publish refused: topic cannot be mapped to Kafka", "client", cl.ID, "topic", pk.TopicName, "err", err)
-		h.refuse(cl, pk.FixedHeader.Qos, pk.PacketID, pk.TopicName, fmt.Errorf("%w: %v", ErrTopicRejected, err))
+		if qos > 0 {
+			h.queue(cl).refuse(&pk, fmt.Errorf("%w: %v", ErrTopicRejected, err))
+		}
 		return pk, packets.ErrRejectPacket
 	}
 	rec := h.newRecord(cl, pk, route)
@@ -104,8 +125,7 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		h.publishQoS1(cl, pk, rec)
 		return pk, packets.ErrRejectPacket
 	default:
-		if err := h.publishQoS2(rec); err != nil {
-			h.refuse(cl, 2, pk.PacketID, pk.TopicName, err)
+		if !h.publishQoS2(cl, &pk, rec) {
 			return pk, packets.ErrRejectPacket
 		}
 		return pk, nil
@@ -131,10 +151,32 @@ func (h *hook) newRecord(cl *mqtt.Client, pk packets.Packet, route topicmap.Rout
 	for _, rh := range route.Headers {
 		hs = append(hs, kafka.Header{Key: rh.Key, Value: rh.Value})
 	}
-	for _, up := range pk.Properties.User {
-		hs = append(hs, kafka.Header{Key: up.Key, Value: []byte(up.Val)})
-	}
+	hs = h.appendUserProps(hs, pk.Properties.User)
 	return &record{topic: route.Topic, key: route.Key, value: pk.Payload, headers: hs, received: now}
+}
+
+// appendUserProps adds the client's MQTT v5 user properties as headers,
+// through topicmap's header builder: names reserved for Ferry's own headers
+// or set by a forward rule are dropped and counted, so a client cannot spoof
+// them.
+func (h *hook) appendUserProps(hs []kafka.Header, user []packets.UserProperty) []kafka.Header {
+	if len(user) == 0 {
+		return hs
+	}
+	var propBuf [8]topicmap.UserProperty
+	var hdrBuf [8]topicmap.Header
+	props := propBuf[:0]
+	for _, up := range user {
+		props = append(props, topicmap.UserProperty{Key: up.Key, Value: up.Val})
+	}
+	out, dropped := h.tm.UserPropsToHeaders(hdrBuf[:0], props)
+	for _, uh := range out {
+		hs = append(hs, kafka.Header{Key: uh.Key, Value: uh.Value})
+	}
+	if dropped > 0 {
+		h.metrics.reservedPropsDropped.Add(float64(dropped))
+	}
+	return hs
 }
 
 func (h *hook) enqueueQoS0(rec *record) {
@@ -180,88 +222,73 @@ func (h *hook) push(rec *record) error {
 }
 
 func (h *hook) publishQoS1(cl *mqtt.Client, pk packets.Packet, rec *record) {
-	s := h.session(cl)
+	q := h.queue(cl)
 	rec.deadline = rec.received.Add(h.cfg.Kafka.AckTimeout)
 	// Bound the pipeline: wait for a slot as long as the client would wait
-	// for its acknowledgement anyway.
+	// for its acknowledgement anyway. (An MQTT v5 client never waits here:
+	// it is held to the Receive Maximum instead, see ackQueue.add.)
 	select {
-	case s.slots <- struct{}{}:
+	case q.slots <- struct{}{}:
 	default:
 		t := time.NewTimer(time.Until(rec.deadline))
 		select {
-		case s.slots <- struct{}{}:
+		case q.slots <- struct{}{}:
 			t.Stop()
 		case <-t.C:
-			h.refuse(cl, 1, pk.PacketID, pk.TopicName, fmt.Errorf("%w: %d publishes already wait for Kafka", ErrRingFull, cap(s.slots)))
+			q.refuse(&pk, fmt.Errorf("%w: %d publishes already wait for Kafka", ErrRingFull, cap(q.slots)))
 			return
 		}
 	}
-	p := &pending{id: pk.PacketID, topic: pk.TopicName}
 	// Keep the packet for local delivery only when someone could receive it
 	// (a subscription exists or it is retained): holding and re-injecting
 	// every packet costs a fifth of the CPU when nobody subscribes.
+	var local *packets.Packet
 	if pk.FixedHeader.Retain || atomic.LoadInt64(&h.server.Info.Subscriptions) > 0 {
-		p.local = &pk
+		local = &pk
 	}
-	s.mu.Lock()
-	s.queue = append(s.queue, p)
-	s.mu.Unlock()
-	rec.done = func(err error) { s.complete(p, err) }
+	p := q.add(&pk, local)
+	p.slot = true
+	rec.done = func(err error) { q.complete(p, err) }
 	if err := h.push(rec); err != nil {
 		rec.complete(err)
 	}
 }
 
-func (h *hook) publishQoS2(rec *record) error {
+// publishQoS2 waits until Kafka has acknowledged the record and every
+// acknowledgement before this one has been written; true lets mochi write
+// the PUBREC and deliver. A refusal has then been written by the queue.
+func (h *hook) publishQoS2(cl *mqtt.Client, pk *packets.Packet, rec *record) bool {
+	q := h.queue(cl)
 	rec.deadline = rec.received.Add(h.cfg.Kafka.AckTimeout)
-	done := make(chan error, 1)
-	rec.done = func(err error) { done <- err }
+	p := q.add(pk, nil)
+	p.turn = make(chan error, 1)
+	rec.done = func(err error) { q.complete(p, err) }
 	if err := h.push(rec); err != nil {
-		return err
+		rec.complete(err)
 	}
 	// The lane fails the record at its deadline; the extra second covers a
 	// produce request already on the wire.
 	t := time.NewTimer(time.Until(rec.deadline) + time.Second)
 	defer t.Stop()
 	select {
-	case err := <-done:
-		return err
+	case err := <-p.turn:
+		return err == nil
 	case <-t.C:
-		return fmt.Errorf("%w: no acknowledgement within %s", ErrKafkaUnavailable, h.cfg.Kafka.AckTimeout)
+		// The producer broke its promise to settle every record by its
+		// deadline: the order of acknowledgements can no longer be kept, so
+		// the client reconnects and resends.
+		h.logs.Warn(cl.ID, "disconnecting client: QoS 2 publish not settled in time", "client", cl.ID, "topic", pk.TopicName)
+		cl.Stop(fmt.Errorf("%w: no acknowledgement within %s", ErrKafkaUnavailable, h.cfg.Kafka.AckTimeout))
+		return false
 	}
 }
 
-// refuse tells the client that a QoS>0 publish was not accepted: a reason
-// code for MQTT v5, a disconnect for v3.1.1 (which has no negative ack). A
-// refused QoS 0 publish is only counted.
-func (h *hook) refuse(cl *mqtt.Client, qos byte, packetID uint16, topic string, err error) {
-	if qos == 0 {
-		return
+func (h *hook) queue(cl *mqtt.Client) *ackQueue {
+	if q, ok := h.queues.Load(cl); ok {
+		return q.(*ackQueue)
 	}
-	code := reasonCode(err)
-	h.metrics.nacks.WithLabelValues(nackReason(err)).Inc()
-	if cl.Properties.ProtocolVersion == 5 && code != packets.ErrPacketTooLarge {
-		ackType := packets.Puback
-		if qos == 2 {
-			ackType = packets.Pubrec
-		}
-		ack := packets.Packet{
-			FixedHeader: packets.FixedHeader{Type: ackType},
-			PacketID:    packetID,
-			ReasonCode:  code.Code,
-			Properties:  packets.Properties{ReasonString: err.Error()},
-		}
-		if werr := cl.WritePacket(ack); werr != nil {
-			h.log.Debug("writing negative ack", "client", cl.ID, "err", werr)
-		}
-		return
-	}
-	h.logs.Warn(cl.ID, "disconnecting client: publish not accepted by Kafka", "client", cl.ID, "topic", topic, "err", err)
-	if cl.Properties.ProtocolVersion == 5 {
-		_ = h.server.DisconnectClient(cl, code)
-		return
-	}
-	cl.Stop(err)
+	q, _ := h.queues.LoadOrStore(cl, newAckQueue(h, cl))
+	return q.(*ackQueue)
 }
 
 func reasonCode(err error) packets.Code {
@@ -290,134 +317,4 @@ func nackReason(err error) string {
 		return "kafka_rejected"
 	}
 	return "kafka_unavailable"
-}
-
-func (h *hook) session(cl *mqtt.Client) *session {
-	if s, ok := h.sessions.Load(cl); ok {
-		return s.(*session)
-	}
-	s, _ := h.sessions.LoadOrStore(cl, &session{h: h, cl: cl, slots: make(chan struct{}, h.cfg.MQTT.MaxInflight)})
-	return s.(*session)
-}
-
-// session orders the acknowledgements of one connection: Kafka may confirm
-// records of different partitions out of order, but PUBACKs leave in the
-// order the PUBLISHes arrived.
-type session struct {
-	h     *hook
-	cl    *mqtt.Client
-	slots chan struct{}
-
-	mu       sync.Mutex
-	queue    []*pending
-	draining bool
-}
-
-type pending struct {
-	id    uint16
-	topic string
-	local *packets.Packet // for local delivery; nil when nobody subscribes
-	done  bool
-	err   error
-}
-
-func (s *session) complete(p *pending, err error) {
-	s.mu.Lock()
-	p.done, p.err = true, err
-	start := !s.draining && len(s.queue) > 0 && s.queue[0].done
-	if start {
-		s.draining = true
-	}
-	s.mu.Unlock()
-	if start {
-		// A goroutine of its own: a slow client socket must not hold up the
-		// Kafka sender that completed the record.
-		go s.drain()
-	}
-}
-
-func (s *session) drain() {
-	var buf bytes.Buffer
-	for {
-		s.mu.Lock()
-		n := 0
-		for n < len(s.queue) && s.queue[n].done {
-			n++
-		}
-		if n == 0 {
-			s.draining = false
-			s.mu.Unlock()
-			return
-		}
-		ready := append([]*pending(nil), s.queue[:n]...)
-		clear(s.queue[:n])
-		s.queue = s.queue[n:]
-		s.mu.Unlock()
-		buf.Reset()
-		for _, p := range ready {
-			s.finish(p, &buf)
-		}
-		s.flush(&buf)
-		for range ready {
-			<-s.slots
-		}
-	}
-}
-
-// finish delivers an accepted publish locally and encodes its PUBACK into
-// buf, or refuses a failed one (after flushing the PUBACKs before it, to
-// keep the order).
-func (s *session) finish(p *pending, buf *bytes.Buffer) {
-	h := s.h
-	if p.err != nil {
-		s.flush(buf)
-		h.refuse(s.cl, 1, p.id, p.topic, p.err)
-		return
-	}
-	if p.local != nil {
-		h.deliverLocal(*p.local)
-	}
-	ack := packets.Packet{
-		FixedHeader:     packets.FixedHeader{Type: packets.Puback},
-		PacketID:        p.id,
-		ReasonCode:      packets.CodeSuccess.Code,
-		ProtocolVersion: s.cl.Properties.ProtocolVersion,
-	}
-	if err := ack.PubackEncode(buf); err != nil {
-		h.log.Debug("encoding puback", "client", s.cl.ID, "err", err)
-	}
-}
-
-// flush writes the encoded PUBACKs with one system call: one write per
-// PUBACK was a quarter of the CPU under load. The client lock orders it
-// with mochi's own writes to this connection.
-func (s *session) flush(buf *bytes.Buffer) {
-	if buf.Len() == 0 {
-		return
-	}
-	defer buf.Reset()
-	if s.cl.Closed() || s.cl.Net.Conn == nil {
-		return
-	}
-	s.cl.Lock()
-	_, err := s.cl.Net.Conn.Write(buf.Bytes())
-	s.cl.Unlock()
-	if err != nil {
-		s.h.log.Debug("writing pubacks", "client", s.cl.ID, "err", err)
-	}
-}
-
-// deliverLocal hands an accepted QoS 1 publish to this broker's own
-// subscribers (and the retained store) through the inline client, which the
-// hook never bridges.
-func (h *hook) deliverLocal(pk packets.Packet) {
-	inline, ok := h.server.Clients.Get(mqtt.InlineClientId)
-	if !ok {
-		return
-	}
-	out := pk.Copy(false)
-	out.PacketID = 1
-	if err := h.server.InjectPacket(inline, out); err != nil {
-		h.log.Debug("local delivery", "topic", pk.TopicName, "err", err)
-	}
 }

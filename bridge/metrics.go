@@ -7,22 +7,23 @@ import (
 // metrics are the bridge's Prometheus series, registered on an injected
 // registry (no globals). Names are prefixed ferry_.
 type metrics struct {
-	connections      prometheus.Gauge
-	publishesByQoS   *prometheus.CounterVec
-	publishes        [3]prometheus.Counter // publishesByQoS resolved per QoS (hot path)
-	recordsProduced  prometheus.Counter
-	produceErrors    prometheus.Counter
-	drops            *prometheus.CounterVec
-	nacks            *prometheus.CounterVec
-	topicsCreated    prometheus.Counter
-	batchSize        prometheus.Histogram
-	produceLatency   prometheus.Histogram
-	publishToAck     prometheus.Histogram
-	reverseConsumed  prometheus.Counter
-	reversePublished prometheus.Counter
-	reverseSkipped   *prometheus.CounterVec
-	reverseLag       *prometheus.GaugeVec
-	subscriberDrops  prometheus.Counter
+	connections          prometheus.Gauge
+	publishesByQoS       *prometheus.CounterVec
+	publishes            [3]prometheus.Counter // publishesByQoS resolved per QoS (hot path)
+	recordsProduced      prometheus.Counter
+	produceErrors        prometheus.Counter
+	drops                *prometheus.CounterVec
+	nacks                *prometheus.CounterVec
+	topicsCreated        prometheus.Counter
+	batchSize            prometheus.Histogram
+	produceLatency       prometheus.Histogram
+	publishToAck         prometheus.Histogram
+	reverseConsumed      prometheus.Counter
+	reversePublished     prometheus.Counter
+	reverseSkipped       *prometheus.CounterVec
+	reverseLag           *prometheus.GaugeVec
+	subscriberDrops      prometheus.Counter
+	reservedPropsDropped prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, ringLen, ringCap func() float64) (*metrics, error) {
@@ -58,10 +59,12 @@ func newMetrics(reg prometheus.Registerer, ringLen, ringCap func() float64) (*me
 			Help: "Reverse consumer lag in records, per topic and partition."}, []string{"topic", "partition"}),
 		subscriberDrops: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_mqtt_subscriber_drops_total",
 			Help: "Messages dropped because a subscriber's outbound queue was full."}),
+		reservedPropsDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_reserved_properties_dropped_total",
+			Help: "MQTT v5 user properties not copied to Kafka headers because their name is reserved (mqtt.*, ferry.*, or a header a forward rule sets)."}),
 	}
 	cs := []prometheus.Collector{m.connections, m.publishesByQoS, m.recordsProduced, m.produceErrors,
 		m.drops, m.nacks, m.topicsCreated, m.batchSize, m.produceLatency, m.publishToAck,
-		m.reverseConsumed, m.reversePublished, m.reverseSkipped, m.reverseLag, m.subscriberDrops,
+		m.reverseConsumed, m.reversePublished, m.reverseSkipped, m.reverseLag, m.subscriberDrops, m.reservedPropsDropped,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_ring_depth", Help: "Messages in the ring now."}, ringLen),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_ring_capacity", Help: "Ring capacity."}, ringCap),
 	}

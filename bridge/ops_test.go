@@ -346,6 +346,7 @@ var documentedMetrics = []string{
 	"ferry_mqtt_publishes_received_total",
 	"ferry_mqtt_nacks_total",
 	"ferry_mqtt_subscriber_drops_total",
+	"ferry_reserved_properties_dropped_total",
 	"ferry_kafka_records_produced_total",
 	"ferry_kafka_produce_errors_total",
 	"ferry_kafka_topics_created_total",

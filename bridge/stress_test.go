@@ -45,13 +45,18 @@ type lightClient struct {
 // dialLight connects and sends CONNECT (version 4 = MQTT 3.1.1, 5 = MQTT 5)
 // and waits for a successful CONNACK.
 func dialLight(d *net.Dialer, addr, id string, version byte, keepalive uint16) (*lightClient, error) {
+	return dialLightConnect(d, addr, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: version,
+		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: keepalive, ClientIdentifier: id}})
+}
+
+// dialLightConnect is dialLight with the caller's CONNECT (e.g. with MQTT 5
+// properties).
+func dialLightConnect(d *net.Dialer, addr string, pk packets.Packet) (*lightClient, error) {
 	conn, err := d.Dial("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	c := &lightClient{conn: conn, r: bufio.NewReaderSize(conn, 256)}
-	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: version,
-		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: keepalive, ClientIdentifier: id}}
 	c.out.Reset()
 	if err := pk.ConnectEncode(&c.out); err != nil {
 		conn.Close()

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"net"
+	"sync"
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/listeners"
@@ -31,12 +32,51 @@ func (l *writeTimeoutListener) Serve(establish listeners.EstablishFn) {
 	})
 }
 
+// writeTimeoutConn also corks: between cork and uncork, writes (mochi's and
+// the acknowledgement queue's) are collected in order and leave with one
+// system call at uncork.
 type writeTimeoutConn struct {
 	net.Conn
 	timeout time.Duration
+
+	mu     sync.Mutex
+	corked bool
+	held   []byte
 }
 
 func (c *writeTimeoutConn) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.corked {
+		c.held = append(c.held, b...)
+		return len(b), nil
+	}
+	return c.write(b)
+}
+
+func (c *writeTimeoutConn) cork() {
+	c.mu.Lock()
+	c.corked = true
+	c.mu.Unlock()
+}
+
+// uncork writes what was held. A write error closes the connection (see
+// write), which ends the session; the writers that were told success are
+// mochi's (for an ending connection) and the acknowledgement queue.
+func (c *writeTimeoutConn) uncork() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.corked = false
+	if len(c.held) > 0 {
+		_, _ = c.write(c.held)
+	}
+	if cap(c.held) > 64<<10 {
+		c.held = nil // do not keep a burst's buffer per connection
+	}
+	c.held = c.held[:0]
+}
+
+func (c *writeTimeoutConn) write(b []byte) (int, error) {
 	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
 		return 0, err
 	}

@@ -40,10 +40,34 @@ func IsReservedHeader(key string) bool {
 // UserPropsToHeaders appends one Kafka header per MQTT v5 user property to dst, in order
 // (duplicates kept, as both protocols allow them). Properties with a reserved key are
 // dropped, so a client cannot spoof HeaderOrigin or HeaderSeq; the number dropped is returned.
+// Map.UserPropsToHeaders also drops the header names of forward rules.
 func UserPropsToHeaders(dst []Header, props []UserProperty) ([]Header, int) {
+	return appendUserProps(dst, props, nil)
+}
+
+// IsReservedHeader reports whether key is reserved for Ferry: a standard header name
+// (IsReservedHeader) or a header some forward rule of m sets. A client's user property
+// never supplies such a header.
+func (m *Map) IsReservedHeader(key string) bool {
+	if IsReservedHeader(key) {
+		return true
+	}
+	_, ok := m.ruleHdrs[key]
+	return ok
+}
+
+// UserPropsToHeaders is the package's UserPropsToHeaders for a publish routed by m: it also
+// drops properties named like a header any forward rule sets (a consumer trusts those to
+// come from the rule, whichever rule routed the message). The number dropped is returned.
+func (m *Map) UserPropsToHeaders(dst []Header, props []UserProperty) ([]Header, int) {
+	return appendUserProps(dst, props, m.ruleHdrs)
+}
+
+// appendUserProps is the one builder behind both UserPropsToHeaders.
+func appendUserProps(dst []Header, props []UserProperty, ruleHdrs map[string]struct{}) ([]Header, int) {
 	dropped := 0
 	for _, p := range props {
-		if IsReservedHeader(p.Key) {
+		if _, rule := ruleHdrs[p.Key]; rule || IsReservedHeader(p.Key) {
 			dropped++
 			continue
 		}

@@ -107,6 +107,7 @@ type Map struct {
 	rev        []revRule
 	revExact   map[string]int
 	revRegex   []int
+	ruleHdrs   map[string]struct{} // header names any forward rule sets
 }
 
 // New validates cfg and builds a Map. The first invalid rule is reported as a *RuleError.
@@ -118,6 +119,7 @@ func New(cfg Config) (*Map, error) {
 		exclTrie:   newNode(),
 		fixedNames: make(map[string]int),
 		revExact:   make(map[string]int),
+		ruleHdrs:   make(map[string]struct{}),
 	}
 	for i, f := range cfg.Exclude {
 		if reason := filterReason(f); reason != "" {
@@ -227,6 +229,7 @@ func (m *Map) compileForward(i int, r ForwardRule) (fwdRule, error) {
 			return fwdRule{}, err
 		}
 		fr.headers = append(fr.headers, headerTmpl{key: k, val: t})
+		m.ruleHdrs[k] = struct{}{}
 		if t.fixed {
 			fr.fixedHdrs = append(fr.fixedHdrs, Header{Key: k, Value: []byte(t.lit)})
 		} else {

@@ -320,6 +320,28 @@ func TestReverse(t *testing.T) {
 	}
 }
 
+// TestUserPropsRuleHeadersReserved: a user property named like a header any
+// forward rule sets is dropped too (whichever rule routes the publish).
+func TestUserPropsRuleHeadersReserved(t *testing.T) {
+	m, err := New(Config{Forward: []ForwardRule{
+		{Filter: "fleet/+", Topic: "fleet", Headers: map[string]string{"site": "hq"}},
+		{Filter: "other/#", Topic: "other", Headers: map[string]string{"Region": "{1}"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	props := []UserProperty{{"site", "evil"}, {"Region", "x"}, {"region", "ok"}, {"ferry.seq", "1"}, {"unit", "C"}}
+	hs, dropped := m.UserPropsToHeaders(nil, props)
+	if dropped != 3 || len(hs) != 2 || hs[0].Key != "region" || hs[1].Key != "unit" {
+		t.Fatalf("Map.UserPropsToHeaders = %+v, %d; want region and unit, 3 dropped", hs, dropped)
+	}
+	for key, want := range map[string]bool{"site": true, "Region": true, "mqtt.qos": true, "region": false, "unit": false} {
+		if got := m.IsReservedHeader(key); got != want {
+			t.Errorf("IsReservedHeader(%q) = %v, want %v", key, got, want)
+		}
+	}
+}
+
 func TestHeaders(t *testing.T) {
 	props := []UserProperty{{"a", "1"}, {"ferry.origin", "spoof"}, {"a", "2"}, {"mqtt.topic", "x"}}
 	hs, dropped := UserPropsToHeaders(nil, props)

@@ -1,0 +1,280 @@
+package bridge
+
+import (
+	"bytes"
+	"sync"
+	"sync/atomic"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// ackQueue orders the acknowledgements of one connection. Kafka may settle
+// records of different partitions out of order, and a refusal (unmappable
+// topic, full pipeline) is known at once, but every PUBACK and PUBREC,
+// positive or negative, leaves in the order the PUBLISHes arrived: each QoS
+// 1/2 publish takes its place in the queue when it arrives, and one drainer
+// at a time writes the settled head of the queue.
+//
+// Writes are ordered with mochi's own writes to the connection. mochi
+// writes under the client's lock, straight to the socket, except while
+// deliveries wait in the client's outbound queue: then it keeps bytes in a
+// private buffer until the queue is empty. That can only happen to a
+// connection that has subscribed. So a connection that never subscribed
+// gets its PUBACKs encoded into one buffer and written under the client's
+// lock (one system call per batch, the hot path of publish-only devices);
+// one that has subscribed gets them through mochi's own WritePacket, with
+// the socket corked for the batch (still one system call per batch).
+//
+// MQTT v5 clients are held to the server's Receive Maximum: every queued
+// publish counts against mochi's receive quota until its acknowledgement is
+// written, so mochi disconnects a client that sends more (reason 0x93)
+// before the hook sees the publish. (QoS 2 publishes hand their count over
+// to mochi, which counts them until PUBCOMP.) MQTT 3.1.1 has no Receive
+// Maximum: such a client that pipelines more than mqtt.max_inflight waits
+// for a slot instead (back pressure on its connection).
+type ackQueue struct {
+	h     *hook
+	cl    *mqtt.Client
+	slots chan struct{} // QoS 1 pipeline depth (MQTT 3.1.1 back pressure)
+	quota bool          // counts in mochi's receive quota (MQTT v5)
+
+	// subscribed is set once the connection subscribes (or inherits a
+	// subscription) and never cleared: deliveries may still be queued in
+	// mochi after an unsubscribe.
+	subscribed atomic.Bool
+
+	mu       sync.Mutex
+	queue    []*pending
+	draining bool
+
+	// The drainer's own, reused between batches.
+	ready []*pending
+	buf   bytes.Buffer
+}
+
+// pending is one QoS 1/2 publish waiting for its acknowledgement.
+type pending struct {
+	id    uint16
+	qos   byte
+	topic string
+	local *packets.Packet // QoS 1, for local delivery; nil when nobody subscribes
+	slot  bool            // holds a slot of ackQueue.slots
+	turn  chan error      // QoS 2: receives the outcome when its turn has come
+	done  bool
+	err   error
+}
+
+func newAckQueue(h *hook, cl *mqtt.Client) *ackQueue {
+	return &ackQueue{h: h, cl: cl, slots: make(chan struct{}, h.cfg.MQTT.MaxInflight),
+		quota: cl.Properties.ProtocolVersion == 5}
+}
+
+// add appends a publish to the queue. It runs on the client's read
+// goroutine, so entries are in PUBLISH order.
+func (q *ackQueue) add(pk *packets.Packet, local *packets.Packet) *pending {
+	p := &pending{id: pk.PacketID, qos: pk.FixedHeader.Qos, topic: pk.TopicName, local: local}
+	if q.quota {
+		q.cl.State.Inflight.DecreaseReceiveQuota()
+	}
+	q.mu.Lock()
+	q.queue = append(q.queue, p)
+	q.mu.Unlock()
+	return p
+}
+
+// refuse queues a refusal known at once; it leaves after the
+// acknowledgements of every earlier publish.
+func (q *ackQueue) refuse(pk *packets.Packet, err error) {
+	q.complete(q.add(pk, nil), err)
+}
+
+// complete settles p. The first completion that makes the head of the queue
+// ready starts a drainer.
+func (q *ackQueue) complete(p *pending, err error) {
+	q.mu.Lock()
+	if p.done {
+		q.mu.Unlock()
+		return
+	}
+	p.done, p.err = true, err
+	start := !q.draining && len(q.queue) > 0 && q.queue[0].done
+	if start {
+		q.draining = true
+	}
+	q.mu.Unlock()
+	if start {
+		// A goroutine of its own: a slow client socket must not hold up the
+		// Kafka sender that completed the record.
+		go q.drain()
+	}
+}
+
+func (q *ackQueue) drain() {
+	for {
+		q.mu.Lock()
+		n := 0
+		for n < len(q.queue) && q.queue[n].done {
+			n++
+		}
+		if n == 0 {
+			q.draining = false
+			q.mu.Unlock()
+			return
+		}
+		q.ready = append(q.ready[:0], q.queue[:n]...)
+		clear(q.queue[:n])
+		q.queue = q.queue[n:]
+		// Read under the lock: a SUBSCRIBE before the last of these
+		// PUBLISHes is visible here.
+		viaMochi := q.subscribed.Load()
+		q.mu.Unlock()
+		q.write(q.ready, viaMochi)
+		clear(q.ready)
+	}
+}
+
+// write delivers the accepted QoS 1 publishes of a batch locally, then
+// writes the batch's acknowledgements in order.
+func (q *ackQueue) write(batch []*pending, viaMochi bool) {
+	for _, p := range batch {
+		if p.err == nil && p.local != nil {
+			q.h.deliverLocal(q.cl, p.local)
+		}
+	}
+	w := ackWriter{q: q, viaMochi: viaMochi}
+	for _, p := range batch {
+		switch {
+		case p.err != nil:
+			w.nack(p)
+		case p.turn == nil:
+			w.ack(p)
+		}
+		if p.turn != nil {
+			// QoS 2: its client's read goroutine waits for this, so nothing
+			// is queued after it. Accepted, mochi writes the PUBREC (and
+			// keeps the PUBREL/PUBCOMP state and the receive quota).
+			w.end()
+			q.release(p)
+			p.turn <- p.err
+		}
+	}
+	w.end()
+	for _, p := range batch {
+		if p.turn == nil {
+			q.release(p)
+		}
+	}
+}
+
+// release ends p's count in the receive quota and frees its slot.
+func (q *ackQueue) release(p *pending) {
+	if q.quota {
+		q.cl.State.Inflight.IncreaseReceiveQuota()
+	}
+	if p.slot {
+		<-q.slots
+	}
+}
+
+// ackWriter writes one batch of acknowledgements (see ackQueue).
+type ackWriter struct {
+	q        *ackQueue
+	viaMochi bool
+	corked   *writeTimeoutConn
+}
+
+func (w *ackWriter) ack(p *pending) {
+	cl := w.q.cl
+	pk := packets.Packet{
+		FixedHeader:     packets.FixedHeader{Type: packets.Puback},
+		PacketID:        p.id,
+		ReasonCode:      packets.CodeSuccess.Code,
+		ProtocolVersion: cl.Properties.ProtocolVersion,
+	}
+	if w.viaMochi {
+		w.writePacket(pk)
+		return
+	}
+	if err := pk.PubackEncode(&w.q.buf); err != nil {
+		w.q.h.log.Debug("encoding puback", "client", cl.ID, "err", err)
+	}
+}
+
+// nack refuses p: a PUBACK/PUBREC with a reason code for MQTT v5, a
+// disconnect for MQTT 3.1.1 (which has no negative acknowledgement) and for
+// a record too large for Kafka (0x95 is a DISCONNECT reason).
+func (w *ackWriter) nack(p *pending) {
+	h, cl := w.q.h, w.q.cl
+	code := reasonCode(p.err)
+	h.metrics.nacks.WithLabelValues(nackReason(p.err)).Inc()
+	if cl.Properties.ProtocolVersion == 5 && code != packets.ErrPacketTooLarge {
+		typ := packets.Puback
+		if p.qos == 2 {
+			typ = packets.Pubrec
+		}
+		w.writePacket(packets.Packet{
+			FixedHeader: packets.FixedHeader{Type: typ},
+			PacketID:    p.id,
+			ReasonCode:  code.Code,
+			Properties:  packets.Properties{ReasonString: p.err.Error()},
+		})
+		return
+	}
+	w.end()
+	h.logs.Warn(cl.ID, "disconnecting client: publish not accepted by Kafka", "client", cl.ID, "topic", p.topic, "err", p.err)
+	if cl.Properties.ProtocolVersion == 5 {
+		_ = h.server.DisconnectClient(cl, code)
+		return
+	}
+	cl.Stop(p.err)
+}
+
+// writePacket writes through mochi's own path, after the PUBACKs encoded
+// before it, with the socket corked until end.
+func (w *ackWriter) writePacket(pk packets.Packet) {
+	w.flushBuf()
+	if w.corked == nil {
+		if c, ok := w.q.cl.Net.Conn.(*writeTimeoutConn); ok {
+			c.cork()
+			w.corked = c
+		}
+	}
+	if err := w.q.cl.WritePacket(pk); err != nil {
+		w.q.h.log.Debug("writing ack", "client", w.q.cl.ID, "err", err)
+	}
+}
+
+// end puts everything of the batch so far on the wire.
+func (w *ackWriter) end() {
+	w.flushBuf()
+	if w.corked != nil {
+		w.corked.uncork()
+		w.corked = nil
+	}
+}
+
+// flushBuf writes the encoded PUBACKs with one system call under the
+// client's lock, which orders it with mochi's writes (mochi holds no bytes
+// of its own for a connection that never subscribed).
+func (w *ackWriter) flushBuf() {
+	buf, cl := &w.q.buf, w.q.cl
+	if buf.Len() == 0 {
+		return
+	}
+	defer func() {
+		if buf.Cap() > 64<<10 {
+			*buf = bytes.Buffer{} // do not keep a burst's buffer per connection
+		}
+		buf.Reset()
+	}()
+	if cl.Closed() || cl.Net.Conn == nil {
+		return
+	}
+	cl.Lock()
+	_, err := cl.Net.Conn.Write(buf.Bytes())
+	cl.Unlock()
+	if err != nil {
+		w.q.h.log.Debug("writing pubacks", "client", cl.ID, "err", err)
+	}
+}

@@ -1,0 +1,206 @@
+package bridge
+
+import (
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/ferry-bridge/ferry/internal/kafkatest"
+)
+
+// TestAcksInPublishOrder: a pipelined MQTT 5 client gets every
+// acknowledgement in PUBLISH order, refusals included: an unmappable
+// topic's 0x90 (QoS 1 and 2) waits behind the PUBACK of an earlier publish
+// that is still on its way to Kafka, and an accepted QoS 2 publish's PUBREC
+// behind that too. Linger holds the records in the bridge long enough that
+// a refusal written at once would overtake them.
+func TestAcksInPublishOrder(t *testing.T) {
+	cfg := testConfig(kafkatest.Brokers(t))
+	cfg.Kafka.Linger = 300 * time.Millisecond
+	b := startBridge(t, cfg)
+	topic := uniqueTopic("order")
+	unmappable := strings.Repeat("x", 250) // longer than Kafka's 249 characters
+	c := dialLight5(t, b.MQTTAddr(), "order-"+randHex(3), true, packets.Properties{})
+	// Warm up: the first publish creates the Kafka topic.
+	c.send(t, 5, publishPacket(topic, 1, 100, "warm-up"))
+	if pk, _ := c.next(t, 5, 30*time.Second); pk.FixedHeader.Type != packets.Puback || pk.ReasonCode != 0 {
+		t.Fatalf("warm-up: got type %d reason %#x", pk.FixedHeader.Type, pk.ReasonCode)
+	}
+	type ack struct {
+		typ    byte
+		id     uint16
+		reason byte
+	}
+	want := []ack{
+		{packets.Puback, 1, 0},
+		{packets.Puback, 2, packets.ErrTopicNameInvalid.Code},
+		{packets.Pubrec, 3, packets.ErrTopicNameInvalid.Code},
+		{packets.Puback, 4, 0},
+		{packets.Pubrec, 5, 0},
+	}
+	c.queue(t, 5, publishPacket(topic, 1, 1, "one"))
+	c.queue(t, 5, publishPacket(unmappable, 1, 2, "two"))
+	c.queue(t, 5, publishPacket(unmappable, 2, 3, "three"))
+	c.queue(t, 5, publishPacket(topic, 1, 4, "four"))
+	c.queue(t, 5, publishPacket(topic, 2, 5, "five"))
+	if err := c.flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range want {
+		pk, _ := c.next(t, 5, 20*time.Second)
+		got := ack{pk.FixedHeader.Type, pk.PacketID, pk.ReasonCode}
+		if got != w {
+			t.Fatalf("acknowledgement %d = %+v, want %+v (PUBLISH order)", i, got, w)
+		}
+	}
+}
+
+// TestQoS2AckedAfterKafka: each QoS 2 publish's record is in Kafka at the
+// moment its PUBREC arrives, and the exchange completes (PUBREL/PUBCOMP).
+// A raw MQTT 3.1.1 client, so that the test sees the PUBREC itself.
+func TestQoS2AckedAfterKafka(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	b := startBridge(t, testConfig(brokers))
+	topic := uniqueTopic("qos2")
+	ktopic := kafkaName(t, topic)
+	kafkatest.CreateTopic(t, brokers, ktopic, 1, nil)
+	c, err := dialLight(&net.Dialer{Timeout: 5 * time.Second}, b.MQTTAddr(), "qos2-pub", 4, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	const n = 20
+	for i := range n {
+		id := uint16(i + 1)
+		c.send(t, 4, publishPacket(topic, 2, id, strconv.Itoa(i)))
+		pk, _ := c.next(t, 4, 20*time.Second)
+		if pk.FixedHeader.Type != packets.Pubrec || pk.PacketID != id {
+			t.Fatalf("publish %d: got type %d id %d, want PUBREC %d", i, pk.FixedHeader.Type, pk.PacketID, id)
+		}
+		if got := kafkatest.RecordCount(t, brokers, ktopic); got != int64(i+1) {
+			t.Fatalf("PUBREC %d arrived while Kafka holds %d records, want %d", id, got, i+1)
+		}
+		c.send(t, 4, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrel}, PacketID: id})
+		if pk, _ := c.next(t, 4, 20*time.Second); pk.FixedHeader.Type != packets.Pubcomp || pk.PacketID != id {
+			t.Fatalf("publish %d: got type %d id %d, want PUBCOMP %d", i, pk.FixedHeader.Type, pk.PacketID, id)
+		}
+	}
+	for i, m := range readTopic(t, b.KafkaBrokers(), ktopic, n, 20*time.Second) {
+		if string(m.Value) != strconv.Itoa(i) {
+			t.Fatalf("record %d = %q", i, m.Value)
+		}
+	}
+}
+
+// TestV5AcksCarryOnlyTheirOwnProperties: a QoS 1 and a QoS 2 publish with
+// properties get a PUBACK / PUBREC without them (MQTT 5: an ack carries its
+// own reason string and user properties only; a strict client rejects an
+// 18-byte PUBREC).
+func TestV5AcksCarryOnlyTheirOwnProperties(t *testing.T) {
+	b := startBridge(t, testConfig(kafkatest.Brokers(t)))
+	topic := uniqueTopic("ackprops")
+	c := dialLight5(t, b.MQTTAddr(), "ackprops-"+randHex(3), true, packets.Properties{})
+	for i, qos := range []byte{1, 2} {
+		pk := publishPacket(topic, qos, uint16(i+1), "with properties")
+		pk.Properties = packets.Properties{ContentType: "text/plain", ResponseTopic: "reply/here",
+			PayloadFormat: 1, PayloadFormatFlag: true, MessageExpiryInterval: 60,
+			User: []packets.UserProperty{{Key: "k", Val: "v"}}}
+		c.send(t, 5, pk)
+		ack, raw := c.next(t, 5, 30*time.Second)
+		if ack.FixedHeader.Type != [3]byte{0, packets.Puback, packets.Pubrec}[qos] || ack.ReasonCode != 0 {
+			t.Fatalf("QoS %d: got type %d reason %#x", qos, ack.FixedHeader.Type, ack.ReasonCode)
+		}
+		// Packet id (2) and at most a reason code: no property bytes.
+		if len(raw) > 3 {
+			t.Fatalf("QoS %d: ack body is %d bytes (%x): it carries the PUBLISH's properties", qos, len(raw), raw)
+		}
+		if qos == 2 {
+			c.send(t, 5, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrel}, PacketID: uint16(i + 1)})
+			if pc, raw := c.next(t, 5, 10*time.Second); pc.FixedHeader.Type != packets.Pubcomp || len(raw) > 3 {
+				t.Fatalf("PUBCOMP: type %d body %x", pc.FixedHeader.Type, raw)
+			}
+		}
+	}
+}
+
+// TestV5ReceiveMaximumExceeded: an MQTT 5 client that sends one QoS 1
+// publish more than the server's Receive Maximum (mqtt.max_inflight)
+// without waiting for acknowledgements is disconnected with 0x93 [MQTT-3.3.4-9].
+// Linger keeps the first ones unacknowledged while the last arrives.
+func TestV5ReceiveMaximumExceeded(t *testing.T) {
+	cfg := testConfig(kafkatest.Brokers(t))
+	cfg.MQTT.MaxInflight = 4
+	cfg.Kafka.Linger = 500 * time.Millisecond
+	b := startBridge(t, cfg)
+	topic := uniqueTopic("recvmax")
+	c := dialLight5(t, b.MQTTAddr(), "recvmax-"+randHex(3), true, packets.Properties{})
+	c.send(t, 5, publishPacket(topic, 1, 100, "warm-up")) // creates the Kafka topic
+	if pk, _ := c.next(t, 5, 30*time.Second); pk.FixedHeader.Type != packets.Puback {
+		t.Fatalf("warm-up: got type %d", pk.FixedHeader.Type)
+	}
+	for i := range cfg.MQTT.MaxInflight + 1 {
+		c.queue(t, 5, publishPacket(topic, 1, uint16(i+1), strconv.Itoa(i)))
+	}
+	if err := c.flush(); err != nil {
+		t.Fatal(err)
+	}
+	code, _ := expectRefusal(t, c, 10*time.Second)
+	if code != int(packets.ErrReceiveMaximum.Code) {
+		t.Fatalf("after %d unacknowledged publishes (Receive Maximum %d): disconnect reason %#x, want 0x93",
+			cfg.MQTT.MaxInflight+1, cfg.MQTT.MaxInflight, code)
+	}
+}
+
+// TestV311PipelineBeyondMaxInflightWaits: MQTT 3.1.1 has no Receive
+// Maximum, so a client pipelining more than mqtt.max_inflight is slowed
+// down, never disconnected: every publish is acknowledged.
+func TestV311PipelineBeyondMaxInflightWaits(t *testing.T) {
+	cfg := testConfig(kafkatest.Brokers(t))
+	cfg.MQTT.MaxInflight = 4
+	b := startBridge(t, cfg)
+	publishAcked(t, b.MQTTAddr(), "pipe311-"+randHex(3), uniqueTopic("pipe311"), 50)
+}
+
+// TestV5ServerRespectsClientReceiveMaximum: a subscriber with Receive
+// Maximum 2 has at most 2 unacknowledged QoS 1 deliveries; the next
+// arrives when it acknowledges one [MQTT-3.3.4-9].
+func TestV5ServerRespectsClientReceiveMaximum(t *testing.T) {
+	b := startBridge(t, testConfig(kafkatest.Brokers(t)))
+	topic := uniqueTopic("clientmax")
+	sub := dialLight5(t, b.MQTTAddr(), "clientmax-sub-"+randHex(3), true, packets.Properties{ReceiveMaximum: 2})
+	sub.send(t, 5, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe}, PacketID: 1,
+		Filters: packets.Subscriptions{{Filter: topic, Qos: 1}}})
+	if pk, _ := sub.next(t, 5, 10*time.Second); pk.FixedHeader.Type != packets.Suback {
+		t.Fatalf("want SUBACK, got type %d", pk.FixedHeader.Type)
+	}
+	pub := connectPaho(t, b.MQTTAddr(), "clientmax-pub-"+randHex(3))
+	for i := range 5 {
+		// Each PUBACK comes after the local delivery was handed to mochi.
+		if tok := pub.Publish(topic, 1, false, strconv.Itoa(i)); !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish %d: %v", i, tok.Error())
+		}
+	}
+	var got []packets.Packet
+	for range 2 {
+		pk, _ := sub.next(t, 5, 10*time.Second)
+		if pk.FixedHeader.Type != packets.Publish {
+			t.Fatalf("want PUBLISH, got type %d", pk.FixedHeader.Type)
+		}
+		got = append(got, pk)
+	}
+	if pk, _, err := sub.tryNext(5, 500*time.Millisecond); !isTimeout(err) {
+		t.Fatalf("a third unacknowledged delivery (type %d, %q) beyond the client's Receive Maximum 2 (err %v)", pk.FixedHeader.Type, pk.Payload, err)
+	}
+	sub.send(t, 5, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: got[0].PacketID})
+	pk, _ := sub.next(t, 5, 10*time.Second)
+	if pk.FixedHeader.Type != packets.Publish {
+		t.Fatalf("after one PUBACK: want the next PUBLISH, got type %d", pk.FixedHeader.Type)
+	}
+	if pk, _, err := sub.tryNext(5, 500*time.Millisecond); !isTimeout(err) {
+		t.Fatalf("a fourth delivery (type %d, %q) with only one acknowledged (err %v)", pk.FixedHeader.Type, pk.Payload, err)
+	}
+}
