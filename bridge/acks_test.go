@@ -204,3 +204,82 @@ func TestV5ServerRespectsClientReceiveMaximum(t *testing.T) {
 		t.Fatalf("a fourth delivery (type %d, %q) with only one acknowledged (err %v)", pk.FixedHeader.Type, pk.Payload, err)
 	}
 }
+
+// TestAcksOrderedWithMochiWrites: a connection that also receives a flood
+// of deliveries (so mochi keeps bytes of its own in its write buffer while
+// deliveries wait in the client's queue) still gets the PUBREC of a QoS 2
+// publish before the PUBACK of the QoS 1 publish sent after it. The
+// subscriber reads slowly so that deliveries keep waiting in mochi.
+func TestAcksOrderedWithMochiWrites(t *testing.T) {
+	b := startBridge(t, testConfig(kafkatest.Brokers(t)))
+	flood, topic := uniqueTopic("flood"), uniqueTopic("ordered")
+	c, err := dialLight(&net.Dialer{Timeout: 5 * time.Second}, b.MQTTAddr(), "ordered-"+randHex(3), 4, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	if err := c.subscribe(4, flood, 0); err != nil {
+		t.Fatal(err)
+	}
+	c.send(t, 4, publishPacket(topic, 1, 1, "warm-up")) // creates the Kafka topic
+	for {
+		pk, _ := c.next(t, 4, 30*time.Second)
+		if pk.FixedHeader.Type == packets.Puback {
+			break
+		}
+	}
+	flooder := connectPaho(t, b.MQTTAddr(), "flooder-"+randHex(3))
+	stop := make(chan struct{})
+	floodDone := make(chan struct{})
+	go func() {
+		defer close(floodDone)
+		for i := 0; i < 5_000_000; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			flooder.Publish(flood, 0, false, "flood-msg-12")
+		}
+	}()
+	defer func() { close(stop); <-floodDone }()
+
+	pairs := 200
+	if raceEnabled {
+		pairs = 50
+	}
+	overtaken := 0
+	for i := range pairs {
+		a, bID := uint16(2*i+10), uint16(2*i+11)
+		c.queue(t, 4, publishPacket(topic, 2, a, "qos2"))
+		c.queue(t, 4, publishPacket(topic, 1, bID, "qos1"))
+		_ = c.conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		if err := c.flush(); err != nil {
+			t.Fatal(err)
+		}
+		var order []byte
+		for n := 0; len(order) < 2; n++ {
+			if n > 1_000_000 {
+				t.Fatalf("pair %d: no acknowledgements among 1,000,000 packets", i)
+			}
+			pk, _ := c.next(t, 4, 30*time.Second)
+			switch pk.FixedHeader.Type {
+			case packets.Pubrec, packets.Puback:
+				order = append(order, pk.FixedHeader.Type)
+			}
+			if n%64 == 63 {
+				time.Sleep(100 * time.Microsecond) // read slowly: deliveries queue up in mochi
+			}
+		}
+		if order[0] != packets.Pubrec {
+			overtaken++
+		}
+		c.queue(t, 4, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrel}, PacketID: a})
+		if err := c.flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if overtaken > 0 {
+		t.Fatalf("%d of %d QoS 1 PUBACKs overtook the PUBREC of the QoS 2 publish before them", overtaken, pairs)
+	}
+}
