@@ -1,7 +1,6 @@
 package bridge
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -57,9 +56,14 @@ type hook struct {
 
 func (h *hook) ID() string { return "ferry-bridge" }
 
+// Provides is asked for every hook on every event (per packet): a switch,
+// not a slice search.
 func (h *hook) Provides(b byte) bool {
-	return bytes.Contains([]byte{mqtt.OnPublish, mqtt.OnSessionEstablished, mqtt.OnDisconnect,
-		mqtt.OnPublishDropped, mqtt.OnSubscribe}, []byte{b})
+	switch b {
+	case mqtt.OnPublish, mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnPublishDropped, mqtt.OnSubscribe:
+		return true
+	}
+	return false
 }
 
 func (h *hook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
