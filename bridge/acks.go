@@ -26,18 +26,24 @@ import (
 // one that has subscribed gets them through mochi's own WritePacket, with
 // the socket corked for the batch (still one system call per batch).
 //
-// MQTT v5 clients are held to the server's Receive Maximum: every queued
-// publish counts against mochi's receive quota until its acknowledgement is
-// written, so mochi disconnects a client that sends more (reason 0x93)
-// before the hook sees the publish. (QoS 2 publishes hand their count over
-// to mochi, which counts them until PUBCOMP.) MQTT 3.1.1 has no Receive
-// Maximum: such a client that pipelines more than mqtt.max_inflight waits
-// for a slot instead (back pressure on its connection).
+// MQTT v5 clients are held to the server's Receive Maximum
+// (mqtt.max_inflight): a QoS 1/2 publish counts from its arrival until its
+// PUBACK (or negative PUBREC) is written, an accepted QoS 2 publish until
+// mochi has answered its PUBREL; one more is a protocol error (DISCONNECT
+// 0x93). Ferry counts itself because a pipelined publish never reaches
+// mochi's own accounting (and mochi's would refuse a QoS 0 publish at the
+// limit too). MQTT 3.1.1 has no Receive Maximum: a client that pipelines
+// more than mqtt.max_inflight waits for a slot instead (back pressure on its
+// connection).
 type ackQueue struct {
 	h     *hook
 	cl    *mqtt.Client
 	slots chan struct{} // QoS 1 pipeline depth (MQTT 3.1.1 back pressure)
-	quota bool          // counts in mochi's receive quota (MQTT v5)
+
+	// receiveMax is the Receive Maximum an MQTT v5 client is held to (0:
+	// none, MQTT 3.1.1); inflight counts its unacknowledged QoS 1/2 publishes.
+	receiveMax int32
+	inflight   atomic.Int32
 
 	// subscribed is set once the connection subscribes (or inherits a
 	// subscription) and never cleared: deliveries may still be queued in
@@ -66,17 +72,44 @@ type pending struct {
 }
 
 func newAckQueue(h *hook, cl *mqtt.Client) *ackQueue {
-	return &ackQueue{h: h, cl: cl, slots: make(chan struct{}, h.cfg.MQTT.MaxInflight),
-		quota: cl.Properties.ProtocolVersion == 5}
+	q := &ackQueue{h: h, cl: cl, slots: make(chan struct{}, h.cfg.MQTT.MaxInflight)}
+	if cl.Properties.ProtocolVersion == 5 {
+		q.receiveMax = int32(h.cfg.MQTT.MaxInflight)
+	}
+	return q
+}
+
+// admit counts a QoS 1/2 publish against the Receive Maximum; false: the
+// client sent one more than it may. It runs on the client's read goroutine.
+func (q *ackQueue) admit() bool {
+	if q.receiveMax == 0 {
+		return true
+	}
+	if q.inflight.Load() >= q.receiveMax {
+		return false
+	}
+	q.inflight.Add(1)
+	return true
+}
+
+// qos2Done ends the count of an accepted QoS 2 publish (mochi has answered
+// its PUBREL). Never below zero: a PUBREL may complete a publish of an
+// earlier connection of the same session.
+func (q *ackQueue) qos2Done() {
+	if q.receiveMax == 0 {
+		return
+	}
+	for n := q.inflight.Load(); n > 0; n = q.inflight.Load() {
+		if q.inflight.CompareAndSwap(n, n-1) {
+			return
+		}
+	}
 }
 
 // add appends a publish to the queue. It runs on the client's read
 // goroutine, so entries are in PUBLISH order.
 func (q *ackQueue) add(pk *packets.Packet, local *packets.Packet) *pending {
 	p := &pending{id: pk.PacketID, qos: pk.FixedHeader.Qos, topic: pk.TopicName, local: local}
-	if q.quota {
-		q.cl.State.Inflight.DecreaseReceiveQuota()
-	}
 	q.mu.Lock()
 	q.queue = append(q.queue, p)
 	q.mu.Unlock()
@@ -153,7 +186,7 @@ func (q *ackQueue) write(batch []*pending, viaMochi bool) {
 		if p.turn != nil {
 			// QoS 2: its client's read goroutine waits for this, so nothing
 			// is queued after it. Accepted, mochi writes the PUBREC (and
-			// keeps the PUBREL/PUBCOMP state and the receive quota).
+			// keeps the PUBREL/PUBCOMP state).
 			w.end()
 			q.release(p)
 			p.turn <- p.err
@@ -167,10 +200,11 @@ func (q *ackQueue) write(batch []*pending, viaMochi bool) {
 	}
 }
 
-// release ends p's count in the receive quota and frees its slot.
+// release ends p's count against the Receive Maximum (an accepted QoS 2
+// publish counts until qos2Done) and frees its slot.
 func (q *ackQueue) release(p *pending) {
-	if q.quota {
-		q.cl.State.Inflight.IncreaseReceiveQuota()
+	if q.receiveMax > 0 && (p.qos == 1 || p.err != nil) {
+		q.inflight.Add(-1)
 	}
 	if p.slot {
 		<-q.slots

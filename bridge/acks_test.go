@@ -283,3 +283,64 @@ func TestAcksOrderedWithMochiWrites(t *testing.T) {
 		t.Fatalf("%d of %d QoS 1 PUBACKs overtook the PUBREC of the QoS 2 publish before them", overtaken, pairs)
 	}
 }
+
+// TestV5ReceiveMaximumCountsQoS2NotQoS0: an accepted QoS 2 publish counts
+// against the Receive Maximum until its PUBREL is answered; a QoS 0 publish
+// never counts, even at the limit.
+func TestV5ReceiveMaximumCountsQoS2NotQoS0(t *testing.T) {
+	cfg := testConfig(kafkatest.Brokers(t))
+	cfg.MQTT.MaxInflight = 4
+	cfg.Kafka.Linger = 500 * time.Millisecond
+	b := startBridge(t, cfg)
+	topic := uniqueTopic("recvmax2")
+	c := dialLight5(t, b.MQTTAddr(), "recvmax2-"+randHex(3), true, packets.Properties{})
+	expect := func(typ byte, id uint16) {
+		t.Helper()
+		pk, _ := c.next(t, 5, 30*time.Second)
+		if pk.FixedHeader.Type != typ || pk.PacketID != id || pk.ReasonCode >= 0x80 {
+			t.Fatalf("got type %d id %d reason %#x, want type %d id %d", pk.FixedHeader.Type, pk.PacketID, pk.ReasonCode, typ, id)
+		}
+	}
+	c.send(t, 5, publishPacket(topic, 1, 100, "warm-up")) // creates the Kafka topic
+	expect(packets.Puback, 100)
+
+	// One QoS 2 awaiting PUBREL + 3 QoS 1 = the limit; the QoS 0 is free.
+	c.send(t, 5, publishPacket(topic, 2, 1, "q2"))
+	expect(packets.Pubrec, 1)
+	for id := uint16(2); id <= 4; id++ {
+		c.queue(t, 5, publishPacket(topic, 1, id, "q1"))
+	}
+	c.queue(t, 5, publishPacket(topic, 0, 0, "q0"))
+	if err := c.flush(); err != nil {
+		t.Fatal(err)
+	}
+	for id := uint16(2); id <= 4; id++ {
+		expect(packets.Puback, id)
+	}
+	c.send(t, 5, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrel}, PacketID: 1})
+	expect(packets.Pubcomp, 1)
+
+	// PUBCOMP ended the QoS 2 publish's count: 4 QoS 1 fit again.
+	for id := uint16(10); id <= 13; id++ {
+		c.queue(t, 5, publishPacket(topic, 1, id, "q1"))
+	}
+	if err := c.flush(); err != nil {
+		t.Fatal(err)
+	}
+	for id := uint16(10); id <= 13; id++ {
+		expect(packets.Puback, id)
+	}
+
+	// One QoS 2 awaiting PUBREL + 4 QoS 1 = one too many.
+	c.send(t, 5, publishPacket(topic, 2, 5, "q2"))
+	expect(packets.Pubrec, 5)
+	for id := uint16(6); id <= 9; id++ {
+		c.queue(t, 5, publishPacket(topic, 1, id, "q1"))
+	}
+	if err := c.flush(); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := expectRefusal(t, c, 10*time.Second); code != int(packets.ErrReceiveMaximum.Code) {
+		t.Fatalf("5 unacknowledged QoS 1/2 publishes with Receive Maximum 4: disconnect reason %#x, want 0x93", code)
+	}
+}

@@ -60,7 +60,8 @@ func (h *hook) ID() string { return "ferry-bridge" }
 // not a slice search.
 func (h *hook) Provides(b byte) bool {
 	switch b {
-	case mqtt.OnPublish, mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnPublishDropped, mqtt.OnSubscribe:
+	case mqtt.OnPublish, mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnPublishDropped, mqtt.OnSubscribe,
+		mqtt.OnQosComplete, mqtt.OnQosDropped:
 		return true
 	}
 	return false
@@ -93,6 +94,28 @@ func (h *hook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
 	}
 }
 
+// OnQosComplete: mochi has answered a client's PUBREL with PUBCOMP, which
+// ends an accepted QoS 2 publish's count against the Receive Maximum.
+// (It also fires for the acknowledgements of deliveries: other types.)
+func (h *hook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
+	if pk.FixedHeader.Type == packets.Pubrel {
+		h.qos2Done(cl)
+	}
+}
+
+// OnQosDropped: a PUBREL with an error code ends that publish's count too.
+func (h *hook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
+	if pk.FixedHeader.Type == packets.Pubrel {
+		h.qos2Done(cl)
+	}
+}
+
+func (h *hook) qos2Done(cl *mqtt.Client) {
+	if q, ok := h.queues.Load(cl); ok {
+		q.(*ackQueue).qos2Done()
+	}
+}
+
 func (h *hook) OnPublishDropped(_ *mqtt.Client, _ packets.Packet) {
 	h.metrics.subscriberDrops.Inc()
 }
@@ -108,6 +131,11 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	}
 	qos := pk.FixedHeader.Qos
 	h.metrics.publishes[qos].Inc()
+	if qos > 0 && !h.queue(cl).admit() {
+		h.logs.Warn(cl.ID, "disconnecting client: more unacknowledged QoS 1/2 publishes than the Receive Maximum", "client", cl.ID, "receive_maximum", h.cfg.MQTT.MaxInflight)
+		_ = h.server.DisconnectClient(cl, packets.ErrReceiveMaximum) // [MQTT-3.3.4-9]
+		return pk, packets.ErrRejectPacket
+	}
 	route, err := h.tm.Forward(pk.TopicName)
 	if errors.Is(err, topicmap.ErrExcluded) {
 		return pk, nil
