@@ -15,14 +15,17 @@ import (
 // TestAcksInPublishOrder: a pipelined MQTT 5 client gets every
 // acknowledgement in PUBLISH order, refusals included: an unmappable
 // topic's 0x90 (QoS 1 and 2) waits behind the PUBACK of an earlier publish
-// that is still on its way to Kafka, and an accepted QoS 2 publish's PUBREC
-// behind that too. Linger holds the records in the bridge long enough that
-// a refusal written at once would overtake them.
+// that is still on its way to Kafka, and so do the acknowledgements of an
+// excluded (local only) topic and the PUBREC of an accepted QoS 2 publish.
+// Linger holds the records in the bridge long enough that an
+// acknowledgement written at once would overtake them.
 func TestAcksInPublishOrder(t *testing.T) {
 	cfg := testConfig(kafkatest.Brokers(t))
 	cfg.Kafka.Linger = 300 * time.Millisecond
-	b := startBridge(t, cfg)
 	topic := uniqueTopic("order")
+	local := "local-" + randHex(4) + "/x"
+	cfg.Topics.Exclude = []string{"$SYS/#", local}
+	b := startBridge(t, cfg)
 	unmappable := strings.Repeat("x", 250) // longer than Kafka's 249 characters
 	c := dialLight5(t, b.MQTTAddr(), "order-"+randHex(3), true, packets.Properties{})
 	// Warm up: the first publish creates the Kafka topic.
@@ -35,26 +38,64 @@ func TestAcksInPublishOrder(t *testing.T) {
 		id     uint16
 		reason byte
 	}
-	want := []ack{
-		{packets.Puback, 1, 0},
-		{packets.Puback, 2, packets.ErrTopicNameInvalid.Code},
-		{packets.Pubrec, 3, packets.ErrTopicNameInvalid.Code},
-		{packets.Puback, 4, 0},
-		{packets.Pubrec, 5, 0},
+	sends := []struct {
+		topic string
+		qos   byte
+		want  ack
+	}{
+		{topic, 1, ack{packets.Puback, 1, 0}},
+		{unmappable, 1, ack{packets.Puback, 2, packets.ErrTopicNameInvalid.Code}},
+		{unmappable, 2, ack{packets.Pubrec, 3, packets.ErrTopicNameInvalid.Code}},
+		{topic, 1, ack{packets.Puback, 4, 0}},
+		{local, 1, ack{packets.Puback, 5, 0}},
+		{local, 2, ack{packets.Pubrec, 6, 0}},
+		{topic, 2, ack{packets.Pubrec, 7, 0}},
 	}
-	c.queue(t, 5, publishPacket(topic, 1, 1, "one"))
-	c.queue(t, 5, publishPacket(unmappable, 1, 2, "two"))
-	c.queue(t, 5, publishPacket(unmappable, 2, 3, "three"))
-	c.queue(t, 5, publishPacket(topic, 1, 4, "four"))
-	c.queue(t, 5, publishPacket(topic, 2, 5, "five"))
+	for i, s := range sends {
+		c.queue(t, 5, publishPacket(s.topic, s.qos, uint16(i+1), "m"))
+	}
 	if err := c.flush(); err != nil {
 		t.Fatal(err)
 	}
-	for i, w := range want {
+	for i, s := range sends {
 		pk, _ := c.next(t, 5, 20*time.Second)
-		got := ack{pk.FixedHeader.Type, pk.PacketID, pk.ReasonCode}
-		if got != w {
-			t.Fatalf("acknowledgement %d = %+v, want %+v (PUBLISH order)", i, got, w)
+		if got := (ack{pk.FixedHeader.Type, pk.PacketID, pk.ReasonCode}); got != s.want {
+			t.Fatalf("acknowledgement %d = %+v, want %+v (PUBLISH order)", i, got, s.want)
+		}
+	}
+}
+
+// TestV5ExcludedTopicsReleaseReceiveMaximum: publishes on an excluded
+// (local only) topic count against the Receive Maximum only until they are
+// acknowledged, and reach local subscribers.
+func TestV5ExcludedTopicsReleaseReceiveMaximum(t *testing.T) {
+	cfg := testConfig("")
+	cfg.MQTT.MaxInflight = 2
+	local := "local-" + randHex(4) + "/x"
+	cfg.Topics.Exclude = []string{local}
+	b := startBridge(t, cfg)
+	sub := dialLight5(t, b.MQTTAddr(), "excl-sub-"+randHex(3), true, packets.Properties{})
+	sub.send(t, 5, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe}, PacketID: 1,
+		Filters: packets.Subscriptions{{Filter: local, Qos: 0}}})
+	if pk, _ := sub.next(t, 5, 10*time.Second); pk.FixedHeader.Type != packets.Suback {
+		t.Fatalf("want SUBACK, got type %d", pk.FixedHeader.Type)
+	}
+	c := dialLight5(t, b.MQTTAddr(), "excl-"+randHex(3), true, packets.Properties{})
+	for i := range 6 {
+		qos := byte(1 + i%2)
+		c.send(t, 5, publishPacket(local, qos, uint16(i+1), strconv.Itoa(i)))
+		pk, _ := c.next(t, 5, 10*time.Second)
+		if pk.FixedHeader.Type != [3]byte{0, packets.Puback, packets.Pubrec}[qos] || pk.ReasonCode != 0 {
+			t.Fatalf("publish %d: got type %d reason %#x", i, pk.FixedHeader.Type, pk.ReasonCode)
+		}
+		if qos == 2 {
+			c.send(t, 5, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrel}, PacketID: uint16(i + 1)})
+			if pk, _ := c.next(t, 5, 10*time.Second); pk.FixedHeader.Type != packets.Pubcomp {
+				t.Fatalf("publish %d: got type %d, want PUBCOMP", i, pk.FixedHeader.Type)
+			}
+		}
+		if pk, _ := sub.next(t, 5, 10*time.Second); string(pk.Payload) != strconv.Itoa(i) {
+			t.Fatalf("local subscriber got %q, want %q", pk.Payload, strconv.Itoa(i))
 		}
 	}
 }

@@ -138,7 +138,7 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	}
 	route, err := h.tm.Forward(pk.TopicName)
 	if errors.Is(err, topicmap.ErrExcluded) {
-		return pk, nil
+		return h.notBridged(cl, pk)
 	}
 	if err != nil {
 		h.metrics.drops.WithLabelValues("unmappable_topic").Inc()
@@ -298,9 +298,14 @@ func (h *hook) publishQoS2(cl *mqtt.Client, pk *packets.Packet, rec *record) boo
 	if err := h.push(rec); err != nil {
 		rec.complete(err)
 	}
-	// The lane fails the record at its deadline; the extra second covers a
-	// produce request already on the wire.
-	t := time.NewTimer(time.Until(rec.deadline) + time.Second)
+	return h.waitTurn(cl, pk, p, rec.deadline)
+}
+
+// waitTurn waits until a QoS 2 publish is settled and every acknowledgement
+// before it has been written. The lane fails a record at its deadline; the
+// extra second covers a produce request already on the wire.
+func (h *hook) waitTurn(cl *mqtt.Client, pk *packets.Packet, p *pending, deadline time.Time) bool {
+	t := time.NewTimer(time.Until(deadline) + time.Second)
 	defer t.Stop()
 	select {
 	case err := <-p.turn:
@@ -312,6 +317,28 @@ func (h *hook) publishQoS2(cl *mqtt.Client, pk *packets.Packet, rec *record) boo
 		h.logs.Warn(cl.ID, "disconnecting client: QoS 2 publish not settled in time", "client", cl.ID, "topic", pk.TopicName)
 		cl.Stop(fmt.Errorf("%w: no acknowledgement within %s", ErrKafkaUnavailable, h.cfg.Kafka.AckTimeout))
 		return false
+	}
+}
+
+// notBridged handles a publish on an excluded topic: local only, but its
+// acknowledgement still waits for those of the publishes before it.
+func (h *hook) notBridged(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	switch pk.FixedHeader.Qos {
+	case 0:
+		return pk, nil
+	case 1:
+		q := h.queue(cl)
+		q.complete(q.add(&pk, &pk), nil)
+		return pk, packets.ErrRejectPacket
+	default:
+		q := h.queue(cl)
+		p := q.add(&pk, nil)
+		p.turn = make(chan error, 1)
+		q.complete(p, nil)
+		if !h.waitTurn(cl, &pk, p, time.Now().Add(h.cfg.Kafka.AckTimeout)) {
+			return pk, packets.ErrRejectPacket
+		}
+		return pk, nil
 	}
 }
 

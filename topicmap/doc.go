@@ -84,7 +84,9 @@
 // # Headers
 //
 // The standard header names are the Header* constants; names starting with "mqtt." or
-// "ferry." are reserved. UserPropsToHeaders and HeadersToUserProps convert MQTT v5 user
-// properties to Kafka headers and back, dropping reserved names (so a client cannot spoof
-// "ferry.origin"). Standard carries the standard headers' values.
+// "ferry." are reserved, and so, for a Map, are the header names its forward rules set
+// (Map.IsReservedHeader). UserPropsToHeaders (Map.UserPropsToHeaders for a publish the Map
+// routes) and HeadersToUserProps convert MQTT v5 user properties to Kafka headers and back,
+// dropping reserved names (so a client cannot spoof "ferry.origin" or a rule's header).
+// Standard carries the standard headers' values.
 package topicmap
