@@ -134,3 +134,37 @@ func FuzzMatch(f *testing.F) {
 		}
 	})
 }
+
+// FuzzUserPropsToHeaders: whatever names a client sends, no header it
+// supplies is reserved (standard or a rule's), every property is either
+// kept in order or counted as dropped.
+func FuzzUserPropsToHeaders(f *testing.F) {
+	m, err := New(Config{Forward: []ForwardRule{{Filter: "a/+", Topic: "t", Headers: map[string]string{"site": "hq", "Dev": "{2}"}}}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add("ferry.origin", "x", "site", "y", "unit", "C")
+	f.Add("mqtt.topic", "", "Dev", "1", "dev", "2")
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, k3, v3 string) {
+		props := []UserProperty{{k1, v1}, {k2, v2}, {k3, v3}}
+		hs, dropped := m.UserPropsToHeaders(nil, props)
+		if len(hs)+dropped != len(props) {
+			t.Fatalf("%d kept + %d dropped != %d properties", len(hs), dropped, len(props))
+		}
+		i := 0
+		for _, p := range props {
+			if m.IsReservedHeader(p.Key) {
+				continue
+			}
+			if hs[i].Key != p.Key || string(hs[i].Value) != p.Value {
+				t.Fatalf("header %d = %q=%q, want %q=%q", i, hs[i].Key, hs[i].Value, p.Key, p.Value)
+			}
+			i++
+		}
+		for _, h := range hs {
+			if IsReservedHeader(h.Key) || h.Key == "site" || h.Key == "Dev" {
+				t.Fatalf("reserved header %q came from a client", h.Key)
+			}
+		}
+	})
+}
