@@ -287,7 +287,7 @@ func TestAcksOrderedWithMochiWrites(t *testing.T) {
 
 	pairs := 200
 	if raceEnabled {
-		pairs = 50
+		pairs = 10
 	}
 	overtaken := 0
 	for i := range pairs {
