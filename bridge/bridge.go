@@ -191,6 +191,11 @@ func (b *Bridge) start(ctx context.Context) error {
 	if err := addAuth(b.server, b.cfg.MQTT); err != nil {
 		return err
 	}
+	if kh := newKeepaliveHook(b.cfg.MQTT.MaxKeepalive); kh != nil {
+		if err := b.server.AddHook(kh, nil); err != nil {
+			return fmt.Errorf("mqtt keepalive hook: %w", err)
+		}
+	}
 	if err := b.server.AddHook(b.hook, nil); err != nil {
 		return fmt.Errorf("mqtt hook: %w", err)
 	}
