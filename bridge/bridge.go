@@ -45,6 +45,7 @@ type Bridge struct {
 	reverse  *reverse
 	embedded *embeddedKafka
 	http     *httpServer
+	instance *instanceCheck
 
 	brokers   []string
 	mqttAddrs map[string]string
@@ -184,6 +185,12 @@ func (b *Bridge) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+
+	b.instance, err = newInstanceCheck(b.cfg, b.log, b.reg, b.topics, brokers)
+	if err != nil {
+		return err
+	}
+	go b.instance.Run(context.Background()) // stopped and awaited by shutdown
 
 	b.server = mqtt.New(b.mochiOptions())
 	b.hook = &hook{cfg: b.cfg, log: b.log, tm: b.tm, ring: b.ring, metrics: b.metrics, server: b.server,
@@ -357,6 +364,9 @@ func (b *Bridge) readyNow() (bool, string) {
 	if !b.kafkaOK.Load() {
 		return false, "kafka unreachable"
 	}
+	if ok, why := b.instance.status(); !ok {
+		return false, why
+	}
 	return true, "ok"
 }
 
@@ -383,6 +393,11 @@ func (b *Bridge) shutdown() error {
 		if b.watchCancel != nil {
 			b.watchCancel()
 			<-b.watchDone
+		}
+		if b.instance != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			errs = append(errs, b.instance.Close(ctx))
+			cancel()
 		}
 		if b.reverseCancel != nil {
 			b.reverseCancel()
