@@ -198,6 +198,9 @@ func (b *Bridge) start(ctx context.Context) error {
 	if err := addAuth(b.server, b.cfg.MQTT); err != nil {
 		return err
 	}
+	if err := b.server.AddHook(new(compatHook), nil); err != nil {
+		return fmt.Errorf("mqtt compat hook: %w", err)
+	}
 	if kh := newKeepaliveHook(b.cfg.MQTT.MaxKeepalive); kh != nil {
 		if err := b.server.AddHook(kh, nil); err != nil {
 			return fmt.Errorf("mqtt keepalive hook: %w", err)
