@@ -343,3 +343,33 @@ func TestConformanceUnsubscribe(t *testing.T) {
 		t.Fatalf("after UNSUBSCRIBE received %q, want only the marker", got[1].Payload)
 	}
 }
+
+// TestConformanceReceiveMaximum: MQTT 5 3.3.4 / 4.9 Flow Control.
+// "The Server MUST NOT send more than Receive Maximum QoS 1 and QoS 2
+// PUBLISH packets for which it has not received PUBACK, PUBCOMP, or PUBREC
+// with a Reason Code of 128 or greater from the Client" [MQTT-3.3.4-9].
+func TestConformanceReceiveMaximum(t *testing.T) {
+	kafkaModes(t, func(t *testing.T, cfg Config) {
+		b := startBridge(t, cfg)
+		topic := "conf/recvmax/" + randHex(4)
+		w := &wireConn{}
+		id := "recvmax-" + randHex(3)
+		c, _ := dialV5(t, b.MQTTAddr(), paho.ClientConfig{ClientID: id, Conn: w, EnableManualAcknowledgment: true,
+			OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(paho.PublishReceived) (bool, error) { return true, nil }}},
+			&paho.Connect{ClientID: id, KeepAlive: 30, CleanStart: true, Properties: &paho.ConnectProperties{ReceiveMaximum: ptr(uint16(2))}})
+		mustSubscribe(t, c, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: topic, QoS: 1}}})
+		marker := newInbox()
+		mc := v5Sub(t, b.MQTTAddr(), "recvmax-m-"+randHex(3), marker)
+		mustSubscribe(t, mc, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: topic, QoS: 1}}})
+		pub := connectV5(t, b.MQTTAddr(), "recvmax-pub-"+randHex(3))
+		for i := range 5 {
+			mustPublish(t, pub, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte{byte('0' + i)}})
+		}
+		// Another subscriber has them all: delivery to this one had its chance.
+		marker.wait(t, 5, 10*time.Second)
+		waitFor(t, 10*time.Second, "deliveries", func() bool { return len(w.publishes(t)) >= 2 })
+		if n := len(w.publishes(t)); n > 2 {
+			t.Fatalf("%d unacknowledged QoS 1 PUBLISH packets sent to a client with Receive Maximum 2", n)
+		}
+	})
+}

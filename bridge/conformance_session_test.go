@@ -2,6 +2,8 @@ package bridge
 
 import (
 	"errors"
+	"net"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -293,5 +295,47 @@ func TestConformanceZeroLengthClientIDV311(t *testing.T) {
 	err := connect(false)
 	if !errors.Is(err, pahopackets.ErrorRefusedIDRejected) {
 		t.Fatalf("zero-length client id with CleanSession 0: %v, want CONNACK 0x02 identifier rejected", err)
+	}
+}
+
+// TestConformanceWillV311: MQTT 3.1.1 3.1.2.5. "If the Will Flag is set to
+// 1 this indicates that, if the Connect request is accepted, a Will Message
+// MUST be stored on the Server and associated with the Network Connection.
+// The Will Message MUST be published when the Network Connection is
+// subsequently closed unless the Will Message has been deleted by the
+// Server on receipt of a DISCONNECT Packet" [MQTT-3.1.2-8].
+func TestConformanceWillV311(t *testing.T) {
+	b := startBridge(t, testConfig(""))
+	topic := "conf/will3/" + randHex(4)
+	got := make(chan string, 4)
+	sub := connectPaho(t, b.MQTTAddr(), "will3-sub-"+randHex(3))
+	if tok := sub.Subscribe(topic, 1, func(_ pahov3.Client, m pahov3.Message) { got <- string(m.Payload()) }); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	clean := connectPaho(t, b.MQTTAddr(), "will3-clean-"+randHex(3), func(o *pahov3.ClientOptions) { o.SetWill(topic, "clean", 1, false) })
+	clean.Disconnect(100)
+	// A connection dropped without DISCONNECT: a raw client whose socket is
+	// closed (paho always sends DISCONNECT).
+	o := pahov3.NewClientOptions().AddBroker("tcp://"+b.MQTTAddr()).SetClientID("will3-drop-"+randHex(3)).
+		SetWill(topic, "dropped", 1, false).SetAutoReconnect(false).SetKeepAlive(2 * time.Second).
+		SetPingTimeout(time.Hour)
+	var conn net.Conn
+	o.SetCustomOpenConnectionFn(func(uri *url.URL, _ pahov3.ClientOptions) (net.Conn, error) {
+		c, err := net.DialTimeout("tcp", uri.Host, 5*time.Second)
+		conn = c
+		return c, err
+	})
+	dropper := pahov3.NewClient(o)
+	if tok := dropper.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	conn.Close()
+	select {
+	case p := <-got:
+		if p != "dropped" {
+			t.Fatalf("first Will: %q, want \"dropped\" (DISCONNECT deletes the Will)", p)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no Will after the connection dropped")
 	}
 }
