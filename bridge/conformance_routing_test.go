@@ -308,7 +308,7 @@ func TestConformanceSharedSubscriptions(t *testing.T) {
 			}
 		}
 		if len(g1.all()) == 0 || len(g2.all()) == 0 {
-			t.Logf("distribution: %d / %d (mochi picks one member at random)", len(g1.all()), len(g2.all()))
+			t.Logf("distribution: %d / %d (mochi picks one member per message)", len(g1.all()), len(g2.all()))
 		}
 	})
 }
