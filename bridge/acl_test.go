@@ -264,3 +264,23 @@ func TestUserDenyACL(t *testing.T) {
 		}
 	}
 }
+
+// FuzzACLAllows: any topic or filter a client sends is handled without a
+// panic, and a deny filter always refuses the topic it names.
+func FuzzACLAllows(f *testing.F) {
+	for _, s := range []string{"a/b", "a/+", "#", "$share/g/a/#", "$SYS/x", "", "/", "a//b", "$share/", "+/+/#"} {
+		f.Add(s, true)
+		f.Add(s, false)
+	}
+	f.Fuzz(func(t *testing.T, topic string, write bool) {
+		acl := ACL{Publish: []string{"a/#"}, Subscribe: []string{"+/b"}}
+		_ = acl.allows(topic, write)
+		if !validFilter(topic) || strings.HasPrefix(topic, "$share/") {
+			return
+		}
+		deny := ACL{DenyPublish: []string{topic}, DenySubscribe: []string{topic}}
+		if deny.allows(topic, write) {
+			t.Fatalf("deny filter %q does not refuse itself (write=%v)", topic, write)
+		}
+	})
+}

@@ -373,3 +373,35 @@ func TestConformanceReceiveMaximum(t *testing.T) {
 		}
 	})
 }
+
+// TestConformanceQoS2Delivery: MQTT 5 4.3.3 QoS 2: Exactly once delivery.
+// A QoS 2 message reaches a QoS 2 subscriber once, at QoS 2 (the publisher's
+// PUBREC waits for Kafka), and a QoS 1 subscriber at QoS 1 ("the QoS of
+// Application Messages sent in response to a Subscription MUST be the
+// minimum of the QoS of the originally published message and the Maximum
+// QoS granted by the Server" [MQTT-3.8.4-8]).
+func TestConformanceQoS2Delivery(t *testing.T) {
+	kafkaModes(t, func(t *testing.T, cfg Config) {
+		b := startBridge(t, cfg)
+		topic := "conf/qos2/" + randHex(4)
+		q2, q1 := newInbox(), newInbox()
+		s2 := v5Sub(t, b.MQTTAddr(), "qos2-s2-"+randHex(3), q2)
+		s1 := v5Sub(t, b.MQTTAddr(), "qos2-s1-"+randHex(3), q1)
+		mustSubscribe(t, s2, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: topic, QoS: 2}, {Topic: topic + "/marker", QoS: 2}}})
+		mustSubscribe(t, s1, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: topic, QoS: 1}}})
+		pub := connectV5(t, b.MQTTAddr(), "qos2-pub-"+randHex(3))
+		mustPublish(t, pub, &paho.Publish{Topic: topic, QoS: 2, Payload: []byte("once")})
+		mustPublish(t, pub, &paho.Publish{Topic: topic + "/marker", QoS: 2, Payload: []byte("marker")})
+		got := q2.wait(t, 2, 10*time.Second)
+		if string(got[0].Payload) != "once" || got[0].QoS != 2 || string(got[1].Payload) != "marker" {
+			t.Fatalf("QoS 2 subscriber got %q at QoS %d then %q, want \"once\" at QoS 2 once, then the marker", got[0].Payload, got[0].QoS, got[1].Payload)
+		}
+		if m := q1.wait(t, 1, 10*time.Second)[0]; m.QoS != 1 {
+			t.Fatalf("QoS 1 subscriber got QoS %d", m.QoS)
+		}
+		recs := readTopic(t, b.KafkaBrokers(), kafkaName(t, topic), 1, 20*time.Second)
+		if string(recs[0].Value) != "once" {
+			t.Fatalf("Kafka record %q", recs[0].Value)
+		}
+	})
+}

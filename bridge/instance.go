@@ -149,6 +149,13 @@ func (c *instanceCheck) Run(ctx context.Context) {
 	for ctx.Err() == nil {
 		fetches := cl.PollFetches(ctx)
 		fetches.EachRecord(c.observe)
+		if err := fetches.Err(); err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+			c.log.Debug("reading heartbeats", "err", err)
+			select { // do not spin on a persistent error
+			case <-ctx.Done():
+			case <-time.After(instanceHeartbeat):
+			}
+		}
 		if dup, why := c.duplicate(); dup {
 			c.gauge.Set(1)
 			if time.Since(lastLog) >= instanceLogEvery {
