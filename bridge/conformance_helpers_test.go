@@ -46,7 +46,7 @@ func dialV5(t testing.TB, addr string, cc paho.ClientConfig, cp *paho.Connect) (
 		cc.OnClientError = func(error) {}
 	}
 	c := paho.NewClient(cc)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	ca, err := c.Connect(ctx, cp)
 	if ca == nil {
@@ -201,7 +201,7 @@ func mustPublish(t testing.TB, c *paho.Client, p *paho.Publish) {
 // mustSubscribe subscribes and fails unless every filter is granted.
 func mustSubscribe(t testing.TB, c *paho.Client, s *paho.Subscribe) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	sa, err := c.Subscribe(ctx, s)
 	if err != nil {

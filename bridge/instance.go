@@ -262,7 +262,8 @@ func (c *instanceCheck) status() (bool, string) {
 // than once and without Run.
 func (c *instanceCheck) Close(ctx context.Context) error {
 	c.stopOnce.Do(func() { close(c.stop) })
-	if !c.running.Load() {
+	if c.running.CompareAndSwap(false, true) {
+		close(c.done) // Run never started, and now never will
 		return nil
 	}
 	select {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-bridge/ferry/internal/kafkatest"
@@ -119,5 +120,24 @@ func TestInstanceRestartAfterKill9NotDuplicate(t *testing.T) {
 			t.Fatalf("restarted instance not ready: %d %s", code, body)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestInstanceCheckCloseWithoutRun: Close before (or instead of) Run
+// returns at once, a later Run does nothing, and Close can be repeated.
+func TestInstanceCheckCloseWithoutRun(t *testing.T) {
+	cfg := testConfig("")
+	c, err := newInstanceCheck(cfg, testLogger(t), prometheus.NewRegistry(), nil, []string{"127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.Run(ctx) // returns at once: nil topic manager never touched
+	if err := c.Close(ctx); err != nil {
+		t.Fatalf("second Close: %v", err)
 	}
 }
