@@ -186,7 +186,7 @@ func (b *Bridge) start(ctx context.Context) error {
 		return err
 	}
 
-	b.instance, err = newInstanceCheck(b.cfg, b.log, b.reg, b.topics, brokers)
+	b.instance, err = newInstanceCheck(b.cfg, b.log, b.reg, b.kclient, brokers)
 	if err != nil {
 		return err
 	}

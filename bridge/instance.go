@@ -14,12 +14,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // instancesTopic is the Ferry-owned Kafka topic that carries the instance
-// heartbeats (created like every other topic Ferry creates, with
-// LogAppendTime).
+// heartbeats.
 const instancesTopic = "_ferry_instances"
 
 const (
@@ -56,13 +56,14 @@ const (
 // When the topic cannot be created or written (no permission), the check is
 // off, and that is logged.
 type instanceCheck struct {
-	id     string
-	nonce  string
-	log    *slog.Logger
-	topics *topicManager
-	opts   []kgo.Opt
-	gauge  prometheus.Gauge
-	start  time.Time
+	id          string
+	nonce       string
+	log         *slog.Logger
+	client      *kafka.Client
+	replication int
+	opts        []kgo.Opt
+	gauge       prometheus.Gauge
+	start       time.Time
 
 	mu        sync.Mutex
 	armed     bool // own first heartbeat read back
@@ -84,7 +85,7 @@ type heartbeat struct {
 }
 
 // newInstanceCheck builds the check; Run starts it.
-func newInstanceCheck(cfg Config, log *slog.Logger, reg prometheus.Registerer, topics *topicManager, brokers []string) (*instanceCheck, error) {
+func newInstanceCheck(cfg Config, log *slog.Logger, reg prometheus.Registerer, client *kafka.Client, brokers []string) (*instanceCheck, error) {
 	nonce := make([]byte, 8)
 	if _, err := rand.Read(nonce); err != nil {
 		return nil, fmt.Errorf("instance nonce: %w", err)
@@ -95,7 +96,7 @@ func newInstanceCheck(cfg Config, log *slog.Logger, reg prometheus.Registerer, t
 	}
 	c := &instanceCheck{
 		id: cfg.Instance.ID, nonce: hex.EncodeToString(nonce), log: log.With("component", "instance-check"),
-		topics: topics, start: time.Now(), stop: make(chan struct{}), done: make(chan struct{}),
+		client: client, replication: cfg.Kafka.ReplicationFactor, start: time.Now(), stop: make(chan struct{}), done: make(chan struct{}),
 		gauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_instance_id_duplicate",
 			Help: "1 while another running process uses this instance.id (see /readyz)."}),
 	}
@@ -169,13 +170,15 @@ func (c *instanceCheck) Run(ctx context.Context) {
 	}
 }
 
-// ensureTopic creates instancesTopic when missing. It reports false (and
-// logs that the check is off) when Kafka refuses.
+// ensureTopic creates instancesTopic when missing: one partition (every
+// heartbeat of an id must share one order), LogAppendTime like every topic
+// Ferry creates, and an hour of retention (segments roll hourly) so that
+// heartbeats do not pile up. It is not counted against
+// kafka.max_created_topics. It reports false (and logs that the check is
+// off) when Kafka refuses.
 func (c *instanceCheck) ensureTopic(ctx context.Context) bool {
 	for ctx.Err() == nil {
-		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := c.topics.partitions(tctx, instancesTopic)
-		cancel()
+		err := c.createTopic(ctx)
 		if err == nil {
 			return true
 		}
@@ -183,12 +186,45 @@ func (c *instanceCheck) ensureTopic(ctx context.Context) bool {
 			c.log.Warn("duplicate instance.id check is OFF: cannot create or use the Kafka topic "+instancesTopic, "err", err)
 			return false
 		}
+		c.log.Debug("creating "+instancesTopic, "err", err)
 		select {
 		case <-ctx.Done():
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(time.Second):
 		}
 	}
 	return false
+}
+
+func (c *instanceCheck) createTopic(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	res, err := c.client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
+		Topic: instancesTopic, NumPartitions: 1, ReplicationFactor: c.replication,
+		ConfigEntries: []kafka.ConfigEntry{
+			{ConfigName: "message.timestamp.type", ConfigValue: "LogAppendTime"},
+			{ConfigName: "retention.ms", ConfigValue: "3600000"},
+			{ConfigName: "segment.ms", ConfigValue: "3600000"},
+		},
+	}}})
+	if err != nil {
+		return fmt.Errorf("create topic %q: %w", instancesTopic, err)
+	}
+	terr := res.Errors[instancesTopic]
+	switch {
+	case terr == nil || errors.Is(terr, kafka.TopicAlreadyExists):
+		return nil
+	case errors.Is(terr, kafka.TopicAuthorizationFailed), errors.Is(terr, kafka.ClusterAuthorizationFailed):
+		// No right to create: fine if it exists (created by someone else).
+		md, err := c.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{instancesTopic}})
+		if err == nil && len(md.Topics) == 1 && md.Topics[0].Error == nil && len(md.Topics[0].Partitions) > 0 {
+			return nil
+		}
+		return fmt.Errorf("%w: create %q: %v", ErrTopicRejected, instancesTopic, terr)
+	case errors.Is(terr, kafka.InvalidReplicationFactor), errors.Is(terr, kafka.PolicyViolation),
+		errors.Is(terr, kafka.InvalidConfiguration), errors.Is(terr, kafka.InvalidTopic):
+		return fmt.Errorf("%w: create %q: %v", ErrTopicRejected, instancesTopic, terr)
+	}
+	return fmt.Errorf("create topic %q: %w", instancesTopic, terr)
 }
 
 // announce appends a heartbeat now and every instanceHeartbeat.

@@ -136,7 +136,7 @@ func TestInstanceCheckCloseWithoutRun(t *testing.T) {
 	if err := c.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	c.Run(ctx) // returns at once: nil topic manager never touched
+	c.Run(ctx) // returns at once: the nil Kafka client is never touched
 	if err := c.Close(ctx); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
