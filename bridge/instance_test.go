@@ -1,10 +1,13 @@
 package bridge
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -139,5 +142,57 @@ func TestInstanceCheckCloseWithoutRun(t *testing.T) {
 	c.Run(ctx) // returns at once: the nil Kafka client is never touched
 	if err := c.Close(ctx); err != nil {
 		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// lockedBuffer is an io.Writer safe for concurrent log writes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestInstanceCheckOffWhenTopicRefused: when Kafka refuses to create
+// _ferry_instances (here: replication factor 3 on the one-broker embedded
+// Kafka), the bridge says the check is off and stays ready.
+func TestInstanceCheckOffWhenTopicRefused(t *testing.T) {
+	cfg := testConfig("")
+	cfg.Kafka.ReplicationFactor = 3
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	logs := new(lockedBuffer)
+	b, err := New(cfg, slog.New(slog.NewTextHandler(logs, nil)), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- b.Run(context.Background()) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		b.Close(ctx)
+	})
+	select {
+	case <-b.Ready():
+	case err := <-errc:
+		t.Fatalf("bridge.Run: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("bridge not ready within 30s")
+	}
+	waitFor(t, 20*time.Second, "the warning that the check is off", func() bool {
+		return strings.Contains(logs.String(), "duplicate instance.id check is OFF")
+	})
+	if code, body := readyz(t, b.HTTPAddr()); code != http.StatusOK {
+		t.Fatalf("/readyz %d %s, want 200 (the check being off does not block)", code, body)
 	}
 }
