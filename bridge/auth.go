@@ -12,18 +12,25 @@ import (
 	"golang.org/x/crypto/bcrypt"
 )
 
-// addAuth installs authentication: with no users configured every client is
-// accepted (Validate only allows that on loopback listeners or with
-// allow_anonymous); otherwise username/password (plain or bcrypt) and
-// per-user topic ACLs.
+// addAuth installs authentication and topic ACLs. With no users and no
+// mqtt.anonymous ACL every client is accepted and may do everything
+// (Validate only allows that on loopback listeners or with
+// allow_anonymous). With users, a client is checked against its
+// username/password (plain or bcrypt) and gets that user's ACL; a client
+// without a username is admitted only with allow_anonymous (always, when no
+// users are configured) and gets the mqtt.anonymous ACL.
 func addAuth(s *mqtt.Server, cfg MQTTConfig) error {
-	if len(cfg.Users) == 0 {
+	if len(cfg.Users) == 0 && cfg.Anonymous.empty() {
 		if err := s.AddHook(new(auth.AllowHook), nil); err != nil {
 			return fmt.Errorf("mqtt auth: %w", err)
 		}
 		return nil
 	}
-	h := &authHook{anonymous: cfg.AllowAnonymous, users: make(map[string]User, len(cfg.Users))}
+	h := &authHook{
+		anonymous: cfg.AllowAnonymous || len(cfg.Users) == 0,
+		anonACL:   cfg.Anonymous,
+		users:     make(map[string]User, len(cfg.Users)),
+	}
 	for _, u := range cfg.Users {
 		h.users[u.Username] = u
 	}
@@ -36,6 +43,7 @@ func addAuth(s *mqtt.Server, cfg MQTTConfig) error {
 type authHook struct {
 	mqtt.HookBase
 	anonymous bool
+	anonACL   ACL
 	users     map[string]User
 }
 
@@ -46,6 +54,11 @@ func (h *authHook) Provides(b byte) bool {
 }
 
 func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
+	if len(h.users) == 0 {
+		// No credentials to check: every client is anonymous, whatever
+		// username it sends, and gets the anonymous ACL.
+		return true
+	}
 	name := string(pk.Connect.Username)
 	if name == "" && len(pk.Connect.Password) == 0 {
 		return h.anonymous
@@ -64,19 +77,44 @@ func passwordOK(stored string, given []byte) bool {
 	return subtle.ConstantTimeCompare([]byte(stored), given) == 1
 }
 
+// OnACLCheck is called with a topic name for a PUBLISH (write) and for a
+// delivery to a subscriber, and with a topic filter for a SUBSCRIBE.
 func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
-	u, ok := h.users[string(cl.Properties.Username)]
-	if !ok {
-		return h.anonymous && len(bytes.TrimSpace(cl.Properties.Username)) == 0
+	acl := h.anonACL
+	if u, ok := h.users[string(cl.Properties.Username)]; ok {
+		acl = u.ACL
+	} else if len(h.users) > 0 && !(h.anonymous && len(bytes.TrimSpace(cl.Properties.Username)) == 0) {
+		return false
 	}
-	filters := u.Subscribe
+	return acl.allows(topic, write)
+}
+
+// allows reports whether the ACL permits publishing to topic (write) or
+// subscribing to / receiving from topic. A shared subscription is checked by
+// its filter ($share/group/filter -> filter). A deny filter refuses what it
+// covers: a subscription it covers entirely is refused; a wider one is
+// granted, and mochi's per-delivery check then withholds the messages on the
+// denied topics. An allow list, when not empty, must cover the topic or the
+// whole subscription.
+func (a ACL) allows(topic string, write bool) bool {
+	if !write && strings.HasPrefix(topic, "$share/") {
+		if parts := strings.SplitN(topic, "/", 3); len(parts) == 3 {
+			topic = parts[2]
+		}
+	}
+	allow, deny := a.Subscribe, a.DenySubscribe
 	if write {
-		filters = u.Publish
+		allow, deny = a.Publish, a.DenyPublish
 	}
-	if len(filters) == 0 {
+	for _, f := range deny {
+		if filterMatches(f, topic) {
+			return false
+		}
+	}
+	if len(allow) == 0 {
 		return true
 	}
-	for _, f := range filters {
+	for _, f := range allow {
 		if filterMatches(f, topic) {
 			return true
 		}

@@ -84,7 +84,7 @@ func authConfig(t *testing.T) Config {
 	cfg.MQTT.Users = []User{
 		{Username: "plain", Password: "plain-secret"},
 		{Username: "sensor", Password: string(hash),
-			Publish: []string{"fleet/+/telemetry"}, Subscribe: []string{"fleet/+/cmd"}},
+			ACL: ACL{Publish: []string{"fleet/+/telemetry"}, Subscribe: []string{"fleet/+/cmd"}}},
 	}
 	return cfg
 }

@@ -45,6 +45,7 @@ type Bridge struct {
 	reverse  *reverse
 	embedded *embeddedKafka
 	http     *httpServer
+	instance *instanceCheck
 
 	brokers   []string
 	mqttAddrs map[string]string
@@ -185,11 +186,25 @@ func (b *Bridge) start(ctx context.Context) error {
 		return err
 	}
 
+	b.instance, err = newInstanceCheck(b.cfg, b.log, b.reg, b.kclient, brokers)
+	if err != nil {
+		return err
+	}
+	go b.instance.Run(context.Background()) // stopped and awaited by shutdown
+
 	b.server = mqtt.New(b.mochiOptions())
 	b.hook = &hook{cfg: b.cfg, log: b.log, tm: b.tm, ring: b.ring, metrics: b.metrics, server: b.server,
 		logs: newRateLimiter(b.log, 10*time.Second), origin: []byte(b.cfg.Instance.ID), locals: newLocalPublishers()}
 	if err := addAuth(b.server, b.cfg.MQTT); err != nil {
 		return err
+	}
+	if err := b.server.AddHook(new(compatHook), nil); err != nil {
+		return fmt.Errorf("mqtt compat hook: %w", err)
+	}
+	if kh := newKeepaliveHook(b.cfg.MQTT.MaxKeepalive); kh != nil {
+		if err := b.server.AddHook(kh, nil); err != nil {
+			return fmt.Errorf("mqtt keepalive hook: %w", err)
+		}
 	}
 	if err := b.server.AddHook(b.hook, nil); err != nil {
 		return fmt.Errorf("mqtt hook: %w", err)
@@ -355,6 +370,9 @@ func (b *Bridge) readyNow() (bool, string) {
 	if !b.kafkaOK.Load() {
 		return false, "kafka unreachable"
 	}
+	if ok, why := b.instance.status(); !ok {
+		return false, why
+	}
 	return true, "ok"
 }
 
@@ -381,6 +399,11 @@ func (b *Bridge) shutdown() error {
 		if b.watchCancel != nil {
 			b.watchCancel()
 			<-b.watchDone
+		}
+		if b.instance != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			errs = append(errs, b.instance.Close(ctx))
+			cancel()
 		}
 		if b.reverseCancel != nil {
 			b.reverseCancel()

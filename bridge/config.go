@@ -57,6 +57,14 @@ type MQTTConfig struct {
 	AllowAnonymous bool `mapstructure:"allow_anonymous" yaml:"allow_anonymous"`
 	// Users are the accepted credentials and their ACLs.
 	Users []User `mapstructure:"users" yaml:"users"`
+	// Anonymous is the ACL of clients that connect without a username (when
+	// anonymous access is on; with no users configured that is every
+	// client). Default: empty (no restriction).
+	Anonymous ACL `mapstructure:"anonymous" yaml:"anonymous"`
+	// MaxKeepalive caps the keep alive a client may ask for (whole seconds):
+	// a longer one, or 0, is replaced by it (v5 clients are told in CONNACK's
+	// Server Keep Alive). Default: 0 (no limit).
+	MaxKeepalive time.Duration `mapstructure:"max_keepalive" yaml:"max_keepalive"`
 	// MaxPacketSize is the largest MQTT packet accepted, in bytes. Default: 1 MiB.
 	MaxPacketSize int `mapstructure:"max_packet_size" yaml:"max_packet_size"`
 	// MaxInflight bounds the QoS 1/2 publishes of one client that wait for
@@ -72,10 +80,23 @@ type User struct {
 	Username string `mapstructure:"username" yaml:"username"`
 	// Password is plain text, or a bcrypt hash ("$2a$...", "$2b$...", "$2y$...").
 	Password string `mapstructure:"password" yaml:"password"`
-	// Publish and Subscribe list the topic filters the user may use. Empty
-	// means all.
-	Publish   []string `mapstructure:"publish" yaml:"publish"`
-	Subscribe []string `mapstructure:"subscribe" yaml:"subscribe"`
+	// ACL: the user's allow and deny lists (publish, subscribe,
+	// deny_publish, deny_subscribe in the user's entry).
+	ACL `mapstructure:",squash" yaml:",inline"`
+}
+
+// ACL is a topic access list. Publish and Subscribe list the topic filters
+// a client may use (empty: all); DenyPublish and DenySubscribe list filters
+// it may not use, and a deny match wins over an allow match.
+type ACL struct {
+	Publish       []string `mapstructure:"publish" yaml:"publish"`
+	Subscribe     []string `mapstructure:"subscribe" yaml:"subscribe"`
+	DenyPublish   []string `mapstructure:"deny_publish" yaml:"deny_publish"`
+	DenySubscribe []string `mapstructure:"deny_subscribe" yaml:"deny_subscribe"`
+}
+
+func (a ACL) empty() bool {
+	return len(a.Publish)+len(a.Subscribe)+len(a.DenyPublish)+len(a.DenySubscribe) == 0
 }
 
 // TLSConfig holds certificate files.
@@ -248,11 +269,11 @@ func (c Config) Validate() error {
 		if u.Username == "" {
 			bad(fmt.Sprintf("mqtt.users[%d].username", i), `""`, "must not be empty")
 		}
-		for j, f := range append(append([]string{}, u.Publish...), u.Subscribe...) {
-			if !validFilter(f) {
-				bad(fmt.Sprintf("mqtt.users[%d].publish/subscribe[%d]", i, j), f, "not a valid MQTT topic filter")
-			}
-		}
+		u.ACL.validate(fmt.Sprintf("mqtt.users[%d]", i), bad)
+	}
+	c.MQTT.Anonymous.validate("mqtt.anonymous", bad)
+	if c.MQTT.MaxKeepalive < 0 || c.MQTT.MaxKeepalive > 65535*time.Second || c.MQTT.MaxKeepalive%time.Second != 0 {
+		bad("mqtt.max_keepalive", c.MQTT.MaxKeepalive, "must be whole seconds in 0s..65535s (0: no limit)")
 	}
 	if c.MQTT.MaxPacketSize < 64 {
 		bad("mqtt.max_packet_size", c.MQTT.MaxPacketSize, "must be at least 64")
@@ -364,6 +385,20 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// validate reports every invalid filter of the ACL under key prefix.
+func (a ACL) validate(prefix string, bad func(key string, value any, format string, args ...any)) {
+	for _, l := range []struct {
+		key     string
+		filters []string
+	}{{"publish", a.Publish}, {"subscribe", a.Subscribe}, {"deny_publish", a.DenyPublish}, {"deny_subscribe", a.DenySubscribe}} {
+		for j, f := range l.filters {
+			if !validFilter(f) {
+				bad(fmt.Sprintf("%s.%s[%d]", prefix, l.key, j), f, "not a valid MQTT topic filter")
+			}
+		}
+	}
 }
 
 // validFilter reports whether f is a valid MQTT topic filter.

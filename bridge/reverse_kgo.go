@@ -99,7 +99,16 @@ func reverseKgoOpts(cfg Config, brokers []string, log *slog.Logger, m *metrics) 
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, lost map[string][]int32) { forgetLag(m, lost) }),
 	}
 	opts = append(opts, reverseTopicOpts(cfg.Reverse.Topics)...)
-	k := cfg.Kafka
+	sec, err := kgoSecurityOpts(cfg.Kafka)
+	if err != nil {
+		return nil, err
+	}
+	return append(opts, sec...), nil
+}
+
+// kgoSecurityOpts are the TLS and SASL options of a franz-go client.
+func kgoSecurityOpts(k KafkaConfig) ([]kgo.Opt, error) {
+	var opts []kgo.Opt
 	if k.TLS.Enabled || k.TLS.CA != "" || k.TLS.Cert != "" {
 		tc, err := clientTLS(k.TLS)
 		if err != nil {

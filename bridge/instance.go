@@ -1,0 +1,311 @@
+package bridge
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// instancesTopic is the Ferry-owned Kafka topic that carries the instance
+// heartbeats.
+const instancesTopic = "_ferry_instances"
+
+const (
+	// instanceHeartbeat is how often an instance announces itself.
+	instanceHeartbeat = 2 * time.Second
+	// instanceStale: a duplicate not heard from for this long is gone, and
+	// the instance is ready again.
+	instanceStale = 4 * instanceHeartbeat
+	// instanceLookback: the heartbeats are read from this long before the
+	// start, so that a broker clock behind this host's does not hide the
+	// instance's own first heartbeat.
+	instanceLookback = time.Minute
+	// instanceLogEvery rate-limits the duplicate error.
+	instanceLogEvery = 30 * time.Second
+)
+
+// instanceCheck detects another running process with the same instance.id
+// (which would silently skip this one's records as its own and share its
+// reverse consumer group).
+//
+// Every instance appends a small heartbeat to instancesTopic every
+// instanceHeartbeat: key = instance.id, value = a random nonce of this run
+// with the host, pid and start time. It reads the topic back (no consumer
+// group). Heartbeats of one id share a key, hence a partition, hence an
+// order: once the instance has read its own first heartbeat, any later
+// heartbeat of its id with another nonce was appended while this run was
+// alive, by another live process. No clock is compared, and a kill -9 and
+// restart never trips it: the dead process appends nothing after it died,
+// which was before the new run's first heartbeat. Both duplicates see each
+// other. While a duplicate is heard from, /readyz answers 503 with the
+// reason, an error is logged (every instanceLogEvery) and
+// ferry_instance_id_duplicate is 1.
+//
+// When the topic cannot be created or written (no permission), the check is
+// off, and that is logged.
+type instanceCheck struct {
+	id          string
+	nonce       string
+	log         *slog.Logger
+	client      *kafka.Client
+	replication int
+	opts        []kgo.Opt
+	gauge       prometheus.Gauge
+	start       time.Time
+
+	mu        sync.Mutex
+	armed     bool // own first heartbeat read back
+	dupSeen   time.Time
+	dupDetail string
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	running  atomic.Bool
+	done     chan struct{}
+}
+
+// heartbeat is the value of an instancesTopic record.
+type heartbeat struct {
+	Nonce   string    `json:"nonce"`
+	Host    string    `json:"host"`
+	PID     int       `json:"pid"`
+	Started time.Time `json:"started"`
+}
+
+// newInstanceCheck builds the check; Run starts it.
+func newInstanceCheck(cfg Config, log *slog.Logger, reg prometheus.Registerer, client *kafka.Client, brokers []string) (*instanceCheck, error) {
+	nonce := make([]byte, 8)
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, fmt.Errorf("instance nonce: %w", err)
+	}
+	sec, err := kgoSecurityOpts(cfg.Kafka)
+	if err != nil {
+		return nil, err
+	}
+	c := &instanceCheck{
+		id: cfg.Instance.ID, nonce: hex.EncodeToString(nonce), log: log.With("component", "instance-check"),
+		client: client, replication: cfg.Kafka.ReplicationFactor, start: time.Now(), stop: make(chan struct{}), done: make(chan struct{}),
+		gauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_instance_id_duplicate",
+			Help: "1 while another running process uses this instance.id (see /readyz)."}),
+	}
+	if err := reg.Register(c.gauge); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	c.opts = append([]kgo.Opt{
+		kgo.SeedBrokers(brokers...),
+		kgo.ClientID("ferry-" + cfg.Instance.ID + "-instance"),
+		kgo.ConsumeTopics(instancesTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(c.start.Add(-instanceLookback).UnixMilli())),
+		kgo.ProducerLinger(0),
+		kgo.RecordDeliveryTimeout(instanceHeartbeat),
+		kgo.WithLogger(kgoLogger{log: c.log}),
+	}, sec...)
+	return c, nil
+}
+
+// Run announces and watches until ctx ends or Close is called.
+func (c *instanceCheck) Run(ctx context.Context) {
+	if !c.running.CompareAndSwap(false, true) {
+		return
+	}
+	defer close(c.done)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-c.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if !c.ensureTopic(ctx) {
+		return
+	}
+	cl, err := kgo.NewClient(c.opts...)
+	if err != nil {
+		c.log.Warn("duplicate instance.id check is OFF: cannot build a Kafka client", "err", err)
+		return
+	}
+	defer cl.Close()
+	var announcer sync.WaitGroup
+	announcer.Add(1)
+	go func() {
+		defer announcer.Done()
+		c.announce(ctx, cl)
+	}()
+	defer announcer.Wait() // before cl.Close
+	var lastLog time.Time
+	for ctx.Err() == nil {
+		fetches := cl.PollFetches(ctx)
+		fetches.EachRecord(c.observe)
+		if err := fetches.Err(); err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+			c.log.Debug("reading heartbeats", "err", err)
+			select { // do not spin on a persistent error
+			case <-ctx.Done():
+			case <-time.After(instanceHeartbeat):
+			}
+		}
+		if dup, why := c.duplicate(); dup {
+			c.gauge.Set(1)
+			if time.Since(lastLog) >= instanceLogEvery {
+				lastLog = time.Now()
+				c.log.Error("another running Ferry process uses this instance.id: each skips the other's records as its own and they share a consumer group; give every instance its own instance.id",
+					"instance", c.id, "other", why)
+			}
+		} else {
+			c.gauge.Set(0)
+		}
+	}
+}
+
+// ensureTopic creates instancesTopic when missing: one partition (every
+// heartbeat of an id must share one order), LogAppendTime like every topic
+// Ferry creates, and an hour of retention (segments roll hourly) so that
+// heartbeats do not pile up. It is not counted against
+// kafka.max_created_topics. It reports false (and logs that the check is
+// off) when Kafka refuses.
+func (c *instanceCheck) ensureTopic(ctx context.Context) bool {
+	for ctx.Err() == nil {
+		err := c.createTopic(ctx)
+		if err == nil {
+			return true
+		}
+		if errors.Is(err, ErrTopicRejected) {
+			c.log.Warn("duplicate instance.id check is OFF: cannot create or use the Kafka topic "+instancesTopic, "err", err)
+			return false
+		}
+		c.log.Debug("creating "+instancesTopic, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+	return false
+}
+
+func (c *instanceCheck) createTopic(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	res, err := c.client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
+		Topic: instancesTopic, NumPartitions: 1, ReplicationFactor: c.replication,
+		ConfigEntries: []kafka.ConfigEntry{
+			{ConfigName: "message.timestamp.type", ConfigValue: "LogAppendTime"},
+			{ConfigName: "retention.ms", ConfigValue: "3600000"},
+			{ConfigName: "segment.ms", ConfigValue: "3600000"},
+		},
+	}}})
+	if err != nil {
+		return fmt.Errorf("create topic %q: %w", instancesTopic, err)
+	}
+	terr := res.Errors[instancesTopic]
+	switch {
+	case terr == nil || errors.Is(terr, kafka.TopicAlreadyExists):
+		return nil
+	case errors.Is(terr, kafka.TopicAuthorizationFailed), errors.Is(terr, kafka.ClusterAuthorizationFailed):
+		// No right to create: fine if it exists (created by someone else).
+		md, err := c.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{instancesTopic}})
+		if err == nil && len(md.Topics) == 1 && md.Topics[0].Error == nil && len(md.Topics[0].Partitions) > 0 {
+			return nil
+		}
+		return fmt.Errorf("%w: create %q: %v", ErrTopicRejected, instancesTopic, terr)
+	case errors.Is(terr, kafka.InvalidReplicationFactor), errors.Is(terr, kafka.PolicyViolation),
+		errors.Is(terr, kafka.InvalidConfiguration), errors.Is(terr, kafka.InvalidTopic):
+		return fmt.Errorf("%w: create %q: %v", ErrTopicRejected, instancesTopic, terr)
+	}
+	return fmt.Errorf("create topic %q: %w", instancesTopic, terr)
+}
+
+// announce appends a heartbeat now and every instanceHeartbeat.
+func (c *instanceCheck) announce(ctx context.Context, cl *kgo.Client) {
+	host, _ := os.Hostname()
+	value, err := json.Marshal(heartbeat{Nonce: c.nonce, Host: host, PID: os.Getpid(), Started: c.start})
+	if err != nil {
+		c.log.Error("encoding heartbeat", "err", err)
+		return
+	}
+	t := time.NewTicker(instanceHeartbeat)
+	defer t.Stop()
+	warned := false
+	for {
+		err := cl.ProduceSync(ctx, &kgo.Record{Topic: instancesTopic, Key: []byte(c.id), Value: value}).FirstErr()
+		if err != nil && ctx.Err() == nil && !warned {
+			warned = true
+			c.log.Warn("cannot write the instance heartbeat: the duplicate instance.id check does not work while this lasts", "topic", instancesTopic, "err", err)
+		} else if err == nil {
+			warned = false
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// observe handles one heartbeat read back.
+func (c *instanceCheck) observe(r *kgo.Record) {
+	if string(r.Key) != c.id {
+		return
+	}
+	var hb heartbeat
+	if err := json.Unmarshal(r.Value, &hb); err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if hb.Nonce == c.nonce {
+		c.armed = true
+		return
+	}
+	if !c.armed {
+		return // appended before this run was announced: a previous run, maybe dead
+	}
+	c.dupSeen = time.Now()
+	c.dupDetail = fmt.Sprintf("host %s pid %d started %s", hb.Host, hb.PID, hb.Started.Format(time.RFC3339))
+}
+
+// duplicate reports whether another live process uses this id, and which.
+func (c *instanceCheck) duplicate() (bool, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dupSeen.IsZero() || time.Since(c.dupSeen) > instanceStale {
+		return false, ""
+	}
+	return true, c.dupDetail
+}
+
+// status is the check's contribution to /readyz.
+func (c *instanceCheck) status() (bool, string) {
+	if dup, who := c.duplicate(); dup {
+		return false, fmt.Sprintf("duplicate instance.id %q: another running process (%s) uses it", c.id, who)
+	}
+	return true, ""
+}
+
+// Close stops Run and waits for it, or for ctx. It is safe to call more
+// than once and without Run.
+func (c *instanceCheck) Close(ctx context.Context) error {
+	c.stopOnce.Do(func() { close(c.stop) })
+	if c.running.CompareAndSwap(false, true) {
+		close(c.done) // Run never started, and now never will
+		return nil
+	}
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("instance check close: %w", ctx.Err())
+	}
+}

@@ -1,0 +1,198 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-bridge/ferry/internal/kafkatest"
+)
+
+// readyz returns /readyz's status code and body.
+func readyz(t testing.TB, httpAddr string) (int, string) {
+	t.Helper()
+	res, err := http.Get("http://" + httpAddr + "/readyz")
+	if err != nil {
+		t.Fatalf("GET /readyz: %v", err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(body)
+}
+
+// heartbeats waits until n heartbeats of instance id are in instancesTopic.
+func heartbeats(t testing.TB, brokers, id string, n int, timeout time.Duration) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.ConsumeTopics(instancesTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(time.Now().Add(-time.Minute).UnixMilli())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	seen := 0
+	for seen < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("%d of %d heartbeats of %s within %s", seen, n, id, timeout)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if string(r.Key) == id {
+				seen++
+			}
+		})
+	}
+}
+
+// armed reports whether the bridge's instance check has read back its own
+// first heartbeat (from then on it would see a duplicate).
+func armed(b *Bridge) bool {
+	b.instance.mu.Lock()
+	defer b.instance.mu.Unlock()
+	return b.instance.armed
+}
+
+// TestDuplicateInstanceID: two running bridges with the same instance.id
+// (real Kafka) both answer /readyz 503 naming the problem and set
+// ferry_instance_id_duplicate; once one stops, the other is ready again.
+func TestDuplicateInstanceID(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	cfg := testConfig(brokers)
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	a := startBridge(t, cfg)
+	b := startBridge(t, cfg)
+	for _, br := range []*Bridge{a, b} {
+		waitFor(t, 20*time.Second, "readyz 503 for the duplicate instance.id", func() bool {
+			code, body := readyz(t, br.HTTPAddr())
+			return code == http.StatusServiceUnavailable && strings.Contains(body, "duplicate instance.id")
+		})
+		if got := counterValue(t, br.reg, "ferry_instance_id_duplicate", nil); got != 1 {
+			t.Errorf("ferry_instance_id_duplicate = %v, want 1", got)
+		}
+	}
+	_, body := readyz(t, a.HTTPAddr())
+	t.Logf("/readyz: %s", strings.TrimSpace(body))
+	if !strings.Contains(body, cfg.Instance.ID) {
+		t.Errorf("/readyz body %q does not name the instance.id %q", body, cfg.Instance.ID)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.Close(ctx); err != nil {
+		t.Fatalf("close the duplicate: %v", err)
+	}
+	waitFor(t, instanceStale+10*time.Second, "readyz 200 once the duplicate stopped", func() bool {
+		code, _ := readyz(t, a.HTTPAddr())
+		return code == http.StatusOK
+	})
+}
+
+// TestInstanceRestartAfterKill9NotDuplicate: a bridge process killed with
+// SIGKILL and restarted at once under the same instance.id (real Kafka) is
+// not taken for a duplicate: the dead process's last heartbeats are in the
+// topic, but none comes after the new run's own.
+func TestInstanceRestartAfterKill9NotDuplicate(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	id := "kill9id-" + randHex(3)
+	child := &childBridge{t: t, env: []string{childEnv + "=1",
+		"FERRY_KAFKA_BROKERS=" + brokers, "FERRY_MQTT_LISTEN=" + freeAddr(t), "FERRY_HTTP_LISTEN=",
+		"FERRY_INSTANCE_ID=" + id}}
+	child.start()
+	// Kill it once two of its heartbeats are in the topic.
+	heartbeats(t, brokers, id, 2, 30*time.Second)
+	child.kill9()
+
+	cfg := testConfig(brokers)
+	cfg.Instance.ID = id
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	b := startBridge(t, cfg)
+	waitFor(t, 20*time.Second, "own first heartbeat read back", func() bool { return armed(b) })
+	// Several heartbeat periods: the restarted instance stays ready.
+	end := time.Now().Add(3 * instanceHeartbeat)
+	for time.Now().Before(end) {
+		if code, body := readyz(t, b.HTTPAddr()); code != http.StatusOK {
+			t.Fatalf("restarted instance not ready: %d %s", code, body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestInstanceCheckCloseWithoutRun: Close before (or instead of) Run
+// returns at once, a later Run does nothing, and Close can be repeated.
+func TestInstanceCheckCloseWithoutRun(t *testing.T) {
+	cfg := testConfig("")
+	c, err := newInstanceCheck(cfg, testLogger(t), prometheus.NewRegistry(), nil, []string{"127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.Run(ctx) // returns at once: the nil Kafka client is never touched
+	if err := c.Close(ctx); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// lockedBuffer is an io.Writer safe for concurrent log writes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestInstanceCheckOffWhenTopicRefused: when Kafka refuses to create
+// _ferry_instances (here: replication factor 3 on the one-broker embedded
+// Kafka), the bridge says the check is off and stays ready.
+func TestInstanceCheckOffWhenTopicRefused(t *testing.T) {
+	cfg := testConfig("")
+	cfg.Kafka.ReplicationFactor = 3
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	logs := new(lockedBuffer)
+	b, err := New(cfg, slog.New(slog.NewTextHandler(logs, nil)), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- b.Run(context.Background()) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		b.Close(ctx)
+	})
+	select {
+	case <-b.Ready():
+	case err := <-errc:
+		t.Fatalf("bridge.Run: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("bridge not ready within 30s")
+	}
+	waitFor(t, 20*time.Second, "the warning that the check is off", func() bool {
+		return strings.Contains(logs.String(), "duplicate instance.id check is OFF")
+	})
+	if code, body := readyz(t, b.HTTPAddr()); code != http.StatusOK {
+		t.Fatalf("/readyz %d %s, want 200 (the check being off does not block)", code, body)
+	}
+}
