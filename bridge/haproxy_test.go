@@ -121,12 +121,12 @@ func (f scaleOutFigures) String() string {
 // scaleout) runs the full size.
 func TestScaleOutHAProxy(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
-	publishers, perClient, revN := 30, 3000, 1000
+	publishers, perClient, revN, budget := 30, 3000, 1000, 5*time.Minute
 	if raceEnabled {
 		perClient = 1500
 	}
 	if fullSize() {
-		publishers, perClient, revN = 300, 20000, 100000
+		publishers, perClient, revN, budget = 300, 20000, 100000, 25*time.Minute
 	}
 	if lim := raiseNoFile(t, uint64(4*publishers+4096)); lim < uint64(4*publishers+1024) {
 		t.Fatalf("RLIMIT_NOFILE is %d", lim)
@@ -176,7 +176,7 @@ func TestScaleOutHAProxy(t *testing.T) {
 
 	// Forward through HAProxy, one instance killed mid-stream.
 	topics := topicsFor("lb"+run+"p", publishers)
-	f := startFleet(t, func() string { return lb.addr }, "lb"+run, topics, perClient, 100, 5*time.Minute)
+	f := startFleet(t, func() string { return lb.addr }, "lb"+run, topics, perClient, 100, budget)
 	victim, survivors := inst[1], []*ferryProcess{inst[0], inst[2]}
 	// Kill once the victim has produced a tenth of its share.
 	share := float64(publishers*perClient) / 3
