@@ -128,17 +128,30 @@ func TestScaleOutHAProxy(t *testing.T) {
 	if fullSize() {
 		publishers, perClient, revN, budget = 300, 20000, 100000, 25*time.Minute
 	}
+	// FERRY_SCALEOUT_SIZE=publishers,per-publisher,reverse-records overrides
+	// the size (e.g. to try scripts/soak.sh scaleout quickly).
+	if v := os.Getenv("FERRY_SCALEOUT_SIZE"); v != "" {
+		if _, err := fmt.Sscanf(v, "%d,%d,%d", &publishers, &perClient, &revN); err != nil || publishers < 3 || perClient < 100 || revN < 1 {
+			t.Fatalf("FERRY_SCALEOUT_SIZE=%q: want publishers (>= 3),per-publisher (>= 100),reverse-records: %v", v, err)
+		}
+	}
 	if lim := raiseNoFile(t, uint64(4*publishers+4096)); lim < uint64(4*publishers+1024) {
 		t.Fatalf("RLIMIT_NOFILE is %d", lim)
 	}
+	run := randHex(3)
+	// Reverse: one topic. Forward: one Kafka topic for all publishers, key
+	// = the publisher's topic level (a fleet rule), so that the check reads
+	// one topic; a key stays in one partition, in order.
 	k, m := revTopic(t, "lb")
 	kafkatest.CreateTopic(t, brokers, k, 1, nil)
+	fwd, prefix := kafkatest.Topic(t, "lbfwd"), "lb"+run
+	kafkatest.CreateTopic(t, brokers, fwd, 6, nil)
 	cfgFile := filepath.Join(t.TempDir(), "ferry.yaml")
-	yaml := fmt.Sprintf("reverse:\n  topics: [%s]\n  start_offset: earliest\ntopics:\n  reverse:\n    - kafka: %s\n      qos: 1\n", k, k)
+	yaml := fmt.Sprintf("reverse:\n  topics: [%s]\n  start_offset: earliest\ntopics:\n  reverse:\n    - kafka: %s\n      qos: 1\n"+
+		"  forward:\n    - filter: %s/+\n      topic: %s\n      key: \"{2}\"\n", k, k, prefix, fwd)
 	if err := os.WriteFile(cfgFile, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	run := randHex(3)
 	var inst []*ferryProcess
 	var backends []string
 	for i := range 3 {
@@ -175,7 +188,10 @@ func TestScaleOutHAProxy(t *testing.T) {
 	}
 
 	// Forward through HAProxy, one instance killed mid-stream.
-	topics := topicsFor("lb"+run+"p", publishers)
+	topics := make([]string, publishers)
+	for i := range topics {
+		topics[i] = fmt.Sprintf("%s/p%d", prefix, i)
+	}
 	f := startFleet(t, func() string { return lb.addr }, "lb"+run, topics, perClient, 100, budget)
 	victim, survivors := inst[1], []*ferryProcess{inst[0], inst[2]}
 	// Kill once the victim has produced a tenth of its share.
@@ -201,7 +217,7 @@ func TestScaleOutHAProxy(t *testing.T) {
 		t.Logf("note: %d publishers had finished before all had reconnected", fin)
 	}
 	f.wait(t)
-	fig.acked, fig.inKafka, fig.lost, fig.dups = verifyAckedInOrder(t, brokers, f.ledger)
+	fig.acked, fig.inKafka, fig.lost, fig.dups = verifyAckedInOrder(t, brokers, fwd, prefix, f.ledger)
 	t.Logf("scale-out through HAProxy: %s", fig)
 	if fig.acked != publishers*perClient {
 		t.Fatalf("acked %d, want %d: publishers gave up", fig.acked, publishers*perClient)
@@ -211,40 +227,46 @@ func TestScaleOutHAProxy(t *testing.T) {
 	}
 }
 
-// verifyAckedInOrder reads every topic of the ledger: each acknowledged
+// verifyAckedInOrder reads ktopic, where each publisher's records (MQTT
+// topic prefix/KEY) carry its topic level as the key: each acknowledged
 // message must be in Kafka, and the first occurrences of a publisher's
 // messages must be in increasing order (a resend after a reconnect may
 // duplicate, never reorder). Returns acked, acked found, lost, duplicates.
-func verifyAckedInOrder(t *testing.T, brokers string, ledger *ackLedger) (acked, found, lost, dups int) {
+func verifyAckedInOrder(t *testing.T, brokers, ktopic, prefix string, ledger *ackLedger) (acked, found, lost, dups int) {
 	t.Helper()
-	for topic, ok := range ledger.acked {
-		ktopic := kafkaName(t, topic)
-		n := int(kafkatest.RecordCount(t, brokers, ktopic))
-		msgs := kafkatest.ConsumeAll(t, brokers, ktopic, n, 60*time.Second)
-		seen := make(map[int]int, len(msgs))
-		last := -1
-		for _, m := range msgs {
-			s, err := strconv.Atoi(string(m.Value))
-			if err != nil {
-				t.Fatalf("%s: foreign record %q", ktopic, m.Value)
-			}
-			if seen[s] == 0 {
-				if s <= last {
-					t.Errorf("%s: message %d first appears after %d: reordered", topic, s, last)
-				}
-				last = s
-			}
-			seen[s]++
+	n := int(kafkatest.RecordCount(t, brokers, ktopic))
+	msgs := kafkatest.ConsumeAll(t, brokers, ktopic, n, 120*time.Second)
+	seen := map[string]map[int]int{} // MQTT topic -> seq -> copies
+	last := map[string]int{}
+	for _, m := range msgs { // by partition, then offset: a key's records in order
+		topic := prefix + "/" + string(m.Key)
+		s, err := strconv.Atoi(string(m.Value))
+		if _, ok := ledger.acked[topic]; !ok || err != nil {
+			t.Fatalf("%s: foreign record key %q value %q", ktopic, m.Key, m.Value)
 		}
-		for _, c := range seen {
+		if seen[topic] == nil {
+			seen[topic], last[topic] = map[int]int{}, -1
+		}
+		if seen[topic][s] == 0 {
+			if s <= last[topic] {
+				t.Errorf("%s: message %d first appears after %d: reordered", topic, s, last[topic])
+			}
+			last[topic] = s
+		}
+		seen[topic][s]++
+	}
+	for _, byseq := range seen {
+		for _, c := range byseq {
 			dups += c - 1
 		}
+	}
+	for topic, ok := range ledger.acked {
 		for s, a := range ok {
 			if !a {
 				continue
 			}
 			acked++
-			if seen[s] == 0 {
+			if seen[topic][s] == 0 {
 				lost++
 				if lost <= 10 {
 					t.Errorf("%s: message %d was acknowledged but is not in Kafka", topic, s)
