@@ -49,7 +49,8 @@ func (s memSnap) String() string {
 
 // Per idle connection: the design target is <= 16 KiB of RSS (goal 10).
 // mochi's model alone costs 20 KiB of goroutine stacks (a read goroutine
-// whose idle frames hold over 4.6 KiB, so its stack never shrinks below 16 KiB,
+// that needs ~11.7 KiB while reading CONNECT and keeps over 4 KiB live while
+// idle, so its stack grows to 16 KiB and never shrinks back,
 // and a write goroutine whose idle frame holds ~2 KiB, 4 KiB of stack),
 // which Ferry cannot change without forking mochi (README "Scale" says
 // which mochi change removes it). What Ferry controls is asserted: no
