@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -428,22 +427,4 @@ func procRSS(t testing.TB, pid int) int64 {
 	}
 	t.Fatalf("no VmRSS for pid %d", pid)
 	return 0
-}
-
-// scrapeMetric reads one unlabelled series from a bridge's /metrics.
-func scrapeMetric(t testing.TB, httpAddr, name string) float64 {
-	t.Helper()
-	res, err := http.Get("http://" + httpAddr + "/metrics")
-	if err != nil {
-		return -1
-	}
-	defer res.Body.Close()
-	body, _ := io.ReadAll(res.Body)
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return f
-		}
-	}
-	return -1
 }
