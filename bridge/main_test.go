@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/pflag"
 )
 
@@ -38,11 +37,7 @@ func runChild() int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	// The same registry as cmd/bridge: go_* and process_* series too (the
-	// memory test reads go_memstats_* from the child).
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	b, err := New(cfg, log, reg)
+	b, err := New(cfg, log, prometheus.NewRegistry())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child new:", err)
 		return 2
