@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -292,39 +291,34 @@ func slowSubscriber(t *testing.T, stuckQoS byte) {
 }
 
 // TestConnectionStorm (issue 9, scenario 7): many MQTT clients connect at
-// once (10,000 normally, 2,000 under -race), all succeed, and each publishes
-// 10 QoS 1 messages: every one is acknowledged and in Kafka. Logs connect
-// time and RSS per connection (bridge and light clients share the process).
+// once (10,000 normally, 2,000 under -race) to the real cmd/bridge binary
+// with the default configuration, all succeed within the target rate
+// (10,000 in 10 s), and each publishes 10 QoS 1 messages: every one is
+// acknowledged and in Kafka. Logs connect time and RSS per connection.
 func TestConnectionStorm(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	clients := scaled(10000, 2000)
 	const perClient = 10
+	// The target of issue 9: 10,000 clients connected within 10 s.
+	const targetPerSecond = 1000
 	// The bridge runs in a child process: this process holds only the
 	// client ends (RLIMIT_NOFILE is 20,000 here), and the RSS measured is the
 	// bridge's own.
 	lim := raiseNoFile(t, uint64(clients+4096))
 	if need := uint64(clients + 1024); lim < need {
-		clients = int(lim - 1024)
-		t.Logf("RLIMIT_NOFILE is %d and cannot be raised here: storm reduced to %d clients", lim, clients)
+		t.Fatalf("RLIMIT_NOFILE is %d and cannot be raised here: %d clients need %d", lim, clients, need)
 	}
 	ktopic := kafkatest.Topic(t, "storm")
 	kafkatest.CreateTopic(t, brokers, ktopic, 4, nil)
 	prefix := "ferrystorm" + randHex(4)
-	httpAddr := freeAddr(t)
 	cfgFile := filepath.Join(t.TempDir(), "storm.yaml")
-	yaml := fmt.Sprintf("mqtt:\n  listen: %s\n  client_writes_pending: 16\nhttp:\n  listen: %s\nkafka:\n  brokers: [%s]\n"+
-		"topics:\n  forward:\n    - filter: %s/+\n      topic: %s\n      key: \"{2}\"\n",
-		freeAddr(t), httpAddr, brokers, prefix, ktopic)
+	yaml := fmt.Sprintf("topics:\n  forward:\n    - filter: %s/+\n      topic: %s\n      key: \"{2}\"\n", prefix, ktopic)
 	if err := os.WriteFile(cfgFile, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	child := &childBridge{t: t, env: []string{childEnv + "=1", childConfigEnv + "=" + cfgFile, "FERRY_INSTANCE_ID=storm-" + randHex(3)}}
-	child.start()
-	defer child.stop()
-	bridgeAddr := child.addr
-	connections := func() float64 { return scrapeMetric(t, httpAddr, "ferry_mqtt_connections") }
+	child := startFerry(t, "ferry-storm", cfgFile, "FERRY_KAFKA_BROKERS="+brokers, "FERRY_INSTANCE_ID=storm-"+randHex(3))
 
-	rss0 := procRSS(t, child.cmd.Process.Pid)
+	rss0 := procRSS(t, child.pid())
 	conns := make([]*lightClient, clients)
 	t.Cleanup(func() {
 		for _, c := range conns {
@@ -333,44 +327,21 @@ func TestConnectionStorm(t *testing.T) {
 			}
 		}
 	})
-	// Spread the source addresses over 127.0.0.2-5 so ephemeral ports never
-	// run out, whatever else the machine is doing.
+	connectTime := connectLights(t, child.MQTTAddr, "storm", conns, 0, clients)
+	waitFor(t, 30*time.Second, "every client counted as connected", func() bool {
+		return child.metric("ferry_mqtt_connections") == float64(clients)
+	})
+	rss1 := procRSS(t, child.pid())
+	// Asserted now, before the publishing phase: a slow connect phase fails
+	// the test whatever happens next.
+	if limit := time.Duration(clients/targetPerSecond) * time.Second; connectTime > limit {
+		t.Errorf("%d clients took %s to connect, target %s (%d/s)", clients, connectTime.Round(time.Millisecond), limit, targetPerSecond)
+	}
+
 	const workers = 64
 	var next atomic.Int64
-	var connectErrs atomic.Int64
 	var firstErr atomic.Value
-	start := time.Now()
 	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d := &net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+w%4))}}
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= clients {
-					return
-				}
-				c, err := dialLight(d, bridgeAddr, fmt.Sprintf("storm-%d", i), 4, 300)
-				if err != nil {
-					connectErrs.Add(1)
-					firstErr.CompareAndSwap(nil, err)
-					continue
-				}
-				conns[i] = c
-			}
-		}()
-	}
-	wg.Wait()
-	connectTime := time.Since(start)
-	if n := connectErrs.Load(); n > 0 {
-		t.Fatalf("%d of %d clients failed to connect (first: %v)", n, clients, firstErr.Load())
-	}
-	waitFor(t, 30*time.Second, "every client counted as connected", func() bool {
-		return connections() == float64(clients)
-	})
-	rss1 := procRSS(t, child.cmd.Process.Pid)
-
 	// Each client publishes its 10 QoS 1 messages in one write and waits
 	// for the 10 PUBACKs.
 	var acked atomic.Int64
@@ -441,9 +412,6 @@ func TestConnectionStorm(t *testing.T) {
 	if lost > 0 {
 		t.Fatalf("%d acknowledged messages are not in Kafka", lost)
 	}
-	if connectTime > 10*time.Second && !raceEnabled {
-		t.Logf("note: connecting took longer than the 10 s target (shared machine?)")
-	}
 }
 
 // procRSS reads another process's resident set size in bytes.
@@ -464,22 +432,4 @@ func procRSS(t testing.TB, pid int) int64 {
 	}
 	t.Fatalf("no VmRSS for pid %d", pid)
 	return 0
-}
-
-// scrapeMetric reads one unlabelled series from a bridge's /metrics.
-func scrapeMetric(t testing.TB, httpAddr, name string) float64 {
-	t.Helper()
-	res, err := http.Get("http://" + httpAddr + "/metrics")
-	if err != nil {
-		return -1
-	}
-	defer res.Body.Close()
-	body, _ := io.ReadAll(res.Body)
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return f
-		}
-	}
-	return -1
 }

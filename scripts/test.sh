@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test.sh - Ferry's one test command (README, `make test` and .ci/run call it).
 #
-# Installs what is missing (Debian packages, paho-mqtt for Python, Go modules, Kafka jars),
+# Installs what is missing (Debian packages incl. haproxy, paho-mqtt for Python, Go modules, Kafka jars),
 # starts Kafka via scripts/kafka.sh unless one is already running, then runs
 #   gofmt -l (must list nothing), go vet, go test -race
 # and stops the Kafka it started. Exits non-zero on any failure.
@@ -51,6 +51,7 @@ need_pkgs=()
 command -v mosquitto_pub >/dev/null || need_pkgs+=(mosquitto-clients)
 command -v mosquitto >/dev/null || [[ -x /usr/sbin/mosquitto ]] || need_pkgs+=(mosquitto)
 command -v kcat >/dev/null || need_pkgs+=(kcat)
+command -v haproxy >/dev/null || [[ -x /usr/sbin/haproxy ]] || need_pkgs+=(haproxy)
 command -v java >/dev/null || need_pkgs+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null || need_pkgs+=(maven)
 command -v python3 >/dev/null || need_pkgs+=(python3 python3-pip)
