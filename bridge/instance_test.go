@@ -1,13 +1,11 @@
 package bridge
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -143,24 +141,6 @@ func TestInstanceCheckCloseWithoutRun(t *testing.T) {
 	if err := c.Close(ctx); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-}
-
-// lockedBuffer is an io.Writer safe for concurrent log writes.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // TestInstanceCheckOffWhenTopicRefused: when Kafka refuses to create

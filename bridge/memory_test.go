@@ -158,7 +158,7 @@ func TestIdleConnectionsHoldNoSessionState(t *testing.T) {
 	b := startBridge(t, testConfig(brokers))
 	sessions := func() int {
 		n := 0
-		b.hook.sessions.Range(func(any, any) bool { n++; return true })
+		b.hook.queues.Range(func(any, any) bool { n++; return true })
 		return n
 	}
 	conns := make([]*lightClient, 50)

@@ -1,11 +1,7 @@
-//go:build pending
-
-// These conformance tests fail on the current hook (bridge/hook.go): QoS 1
-// local delivery is re-injected through the inline client, and mochi's
-// acknowledgements inherit the PUBLISH's properties. They are enabled (the
-// build tag removed) once the hook fixes of issue 15 items 1-4 are merged:
-//
-//	go test -tags pending -run 'TestConformancePending' ./bridge/
+// Conformance of QoS 1/2 local delivery and acknowledgements (issue 15
+// items 1-3): local delivery of a bridged QoS 1 publish keeps its origin
+// (No Local) and Message Expiry; acknowledgements carry only their own
+// properties.
 
 package bridge
 
@@ -17,11 +13,11 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
-// TestConformancePendingNoLocalQoS1: MQTT 5 3.8.3.1 No Local. "If the value
+// TestConformanceNoLocalQoS1: MQTT 5 3.8.3.1 No Local. "If the value
 // is 1, Application Messages MUST NOT be forwarded to a connection with a
 // ClientID equal to the ClientID of the publishing connection"
 // [MQTT-3.8.3-3].
-func TestConformancePendingNoLocalQoS1(t *testing.T) {
+func TestConformanceNoLocalQoS1(t *testing.T) {
 	kafkaModes(t, func(t *testing.T, cfg Config) {
 		b := startBridge(t, cfg)
 		topic := "conf/nolocal/" + randHex(4)
@@ -37,13 +33,13 @@ func TestConformancePendingNoLocalQoS1(t *testing.T) {
 	})
 }
 
-// TestConformancePendingMessageExpiryQoS1: MQTT 5 3.3.2.3.3 Message Expiry
+// TestConformanceMessageExpiryQoS1: MQTT 5 3.3.2.3.3 Message Expiry
 // Interval. "If the Message Expiry Interval has passed and the Server has
 // not managed to start onward delivery to a matching subscriber, then it
 // MUST delete the copy of the message for that subscriber" [MQTT-3.3.2-5];
 // the forwarded interval is the received one minus the time waited
 // [MQTT-3.3.2-6].
-func TestConformancePendingMessageExpiryQoS1(t *testing.T) {
+func TestConformanceMessageExpiryQoS1(t *testing.T) {
 	kafkaModes(t, func(t *testing.T, cfg Config) {
 		b := startBridge(t, cfg)
 		topic := "conf/expiry/" + randHex(4)
@@ -75,12 +71,12 @@ func TestConformancePendingMessageExpiryQoS1(t *testing.T) {
 	})
 }
 
-// TestConformancePendingAckProperties: MQTT 5 3.4.2.2 / 3.5.2.2: a PUBACK
+// TestConformanceAckProperties: MQTT 5 3.4.2.2 / 3.5.2.2: a PUBACK
 // or PUBREC carries only its own Reason String and User Properties, never
 // the PUBLISH's (mochi's Compatibilities.NoInheritedPropertiesOnAck). A
 // success acknowledgement without properties is at most 5 bytes (fixed
 // header, packet id, reason code) plus a zero property length.
-func TestConformancePendingAckProperties(t *testing.T) {
+func TestConformanceAckProperties(t *testing.T) {
 	kafkaModes(t, func(t *testing.T, cfg Config) {
 		b := startBridge(t, cfg)
 		w := &wireConn{}
