@@ -151,6 +151,18 @@ func TestKafkaToMQTTDelayFloor(t *testing.T) {
 	if e2e.Counts.Received != 100 || e2e.Figures.Min < 5 {
 		t.Fatalf("row %+v", e2e)
 	}
+	// The 5 ms sit between the probe's Kafka receive and the MQTT
+	// receive: the bridge hop, never the Kafka floor.
+	kafka, bridge := row(t, res, MetricKafka), row(t, res, MetricBridge)
+	if kafka.Counts.Received != 100 || !kafka.Available || bridge.Counts.Received != 100 || !bridge.Available {
+		t.Fatalf("kafka row %+v\nbridge row %+v", kafka, bridge)
+	}
+	if bridge.Figures.P50 < 5 || kafka.Figures.P50 >= 5 {
+		t.Fatalf("bridge p50 %.3f ms (want >= the injected 5), kafka p50 %.3f ms (want < 5)", bridge.Figures.P50, kafka.Figures.P50)
+	}
+	if got := []string{res.Rows[0].Metric, res.Rows[1].Metric, res.Rows[2].Metric}; strings.Join(got, ",") != "kafka,bridge,e2e" {
+		t.Fatalf("rows %v, want kafka,bridge,e2e", got)
+	}
 }
 
 func TestRoundtrip(t *testing.T) {
@@ -295,6 +307,7 @@ func TestUnreachable(t *testing.T) {
 	t.Run("topic missing", func(t *testing.T) {
 		cfg := testConfig(KafkaToMQTT, b, brokers)
 		cfg.KafkaTopic = "nope"
+		cfg.NoCreateTopic = true
 		_, err := run(t, KafkaToMQTT, cfg)
 		if !errors.Is(err, ErrTopicMissing) || !strings.Contains(err.Error(), "nope") {
 			t.Fatalf("err %v", err)
