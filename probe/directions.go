@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -163,7 +164,13 @@ func (r *runner) subscribeAll(ctx context.Context, url, topic string, n int) ([]
 			}
 			connectNs[i] = int64(time.Since(t0))
 			s := streams[i]
-			h := func(_ paho.Client, m paho.Message) { s.observe(m.Payload(), r.clk.now(), noAppend) }
+			h := func(_ paho.Client, m paho.Message) {
+				if r.marker != nil && bytes.Equal(m.Payload(), r.marker) {
+					r.markerSeen.Do(func() { close(r.markerCh) })
+					return
+				}
+				s.observe(m.Payload(), r.clk.now(), noAppend)
+			}
 			if err := subscribe(c, url, topic, byte(r.cfg.QoS), r.cfg.ConnectTimeout, h); err != nil {
 				errs[i] = err
 				c.Disconnect(100)
@@ -205,6 +212,8 @@ func (r *runner) subscribeAll(ctx context.Context, url, topic string, n int) ([]
 // the whole path (e2e) on one clock.
 func (r *runner) kafkaToMQTT(ctx context.Context) error {
 	cfg := r.cfg
+	r.marker = []byte("ferry-probe-path-check " + r.clientID("marker"))
+	r.markerCh = make(chan struct{})
 	cl, err := newKafka(ctx, cfg, producerOpts(r.kafkaTopic, cfg.Timeout)...)
 	if err != nil {
 		return err
@@ -247,6 +256,9 @@ func (r *runner) kafkaToMQTT(ctx context.Context) error {
 		return err
 	}
 	defer disconnectAll(subs)
+	if err := r.pathCheck(ctx, cl); err != nil {
+		return err
+	}
 	ks := r.newKafkaStream()
 	var ts tsCounts
 	cctx, stop := context.WithCancel(ctx)
@@ -263,6 +275,40 @@ func (r *runner) kafkaToMQTT(ctx context.Context) error {
 		senders[i] = &kafkaSender{cl: cl, topic: r.kafkaTopic, open: cfg.Rate > 0}
 	}
 	return r.generate(ctx, senders)
+}
+
+// pathCheckTimeout bounds the wait for the bridge to deliver the first
+// record of the topic (a bridge discovers a new topic at its next metadata
+// refresh, 30 s by default).
+const pathCheckTimeout = 90 * time.Second
+
+// pathCheck produces a marker record every 200 ms until a subscriber
+// receives one: the measured run starts only once the bridge delivers the
+// topic, so a bridge that discovers a new topic late loses no measured
+// record, and a bridge that does not consume the topic at all is named.
+func (r *runner) pathCheck(ctx context.Context, cl *kgo.Client) error {
+	start := time.Now()
+	deadline := time.NewTimer(pathCheckTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: r.kafkaTopic, Value: r.marker}).FirstErr(); err != nil {
+			return fmt.Errorf("%w: produce to %s: %w", ErrSend, r.kafkaTopic, err)
+		}
+		select {
+		case <-r.markerCh:
+			r.checks = append(r.checks, fmt.Sprintf("path check: the bridge delivered %s on %s %.3f s after the first marker record; "+
+				"the measured run started then", r.kafkaTopic, r.cfg.Topic, time.Since(start).Seconds()))
+			return nil
+		case <-tick.C:
+		case <-deadline.C:
+			return fmt.Errorf("%w: no record of Kafka topic %s reached MQTT topic %s on %s within %v: is the topic in the bridge's "+
+				"reverse topics (FERRY_REVERSE_TOPICS / reverse.topics)?", ErrSend, r.kafkaTopic, r.cfg.Topic, r.cfg.MQTT, pathCheckTimeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // roundtrip publishes on MQTT and subscribes where the bridge routes the

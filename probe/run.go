@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -125,6 +126,11 @@ type runner struct {
 	hop         *hop
 	kafkaStream *stream
 	sysBusy0    sysCPU
+	// marker (kafka-to-mqtt) is the path check's record: subscribers that
+	// receive it close markerCh once.
+	marker     []byte
+	markerCh   chan struct{}
+	markerSeen sync.Once
 }
 
 func (r *runner) newStreams(n int, withAppend bool) []*stream {
