@@ -1,7 +1,9 @@
 package probe
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/ferry-bridge/ferry/probe/stamp"
 )
@@ -78,5 +80,35 @@ func TestReorderedPerPublisher(t *testing.T) {
 				t.Fatalf("counts %+v, want %d reordered", c, tc.want)
 			}
 		})
+	}
+}
+
+// TestPathCheckWaitsForTheBridge: a hop that delivers nothing during its
+// first second (a bridge that has not discovered the new topic yet) costs
+// no measured message: the run starts once a marker record got through.
+func TestPathCheckWaitsForTheBridge(t *testing.T) {
+	b := startBroker(t)
+	brokers := startKfake(t, "_late_hop")
+	var start time.Time
+	late := func(p []byte, emit func([]byte)) {
+		if start.IsZero() {
+			start = time.Now()
+		}
+		if time.Since(start) > time.Second {
+			emit(p)
+		}
+	}
+	forwardKafkaToMQTT(t, b, brokers, "_late_hop", "/late/hop", 1, 0, late)
+	cfg := testConfig(KafkaToMQTT, b, brokers)
+	cfg.Topic, cfg.KafkaTopic, cfg.Rate = "/late/hop", "_late_hop", 1000
+	res, err := run(t, KafkaToMQTT, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := row(t, res, MetricE2E).Counts; c.Lost() != 0 || c.WarmupLost() != 0 || res.Foreign != 0 {
+		t.Fatalf("counts %+v, foreign %d", c, res.Foreign)
+	}
+	if !strings.Contains(strings.Join(res.Checks, "\n"), "path check") {
+		t.Fatalf("no path check line: %v", res.Checks)
 	}
 }
