@@ -115,7 +115,8 @@ func (r *runner) ackOnly(ctx context.Context) error {
 	err = r.generate(ctx, pubs.senders)
 	pubs.close()
 	r.checks = append(r.checks, pubs.describe(r.cfg), "ack-only: no Kafka consumer; "+map[bool]string{
-		true:  "QoS 0 has no acknowledgement: \"ack\" counts publishes written to the socket, not delivered",
+		true: fmt.Sprintf("QoS 0 has no acknowledgement: a PINGREQ follows every %d publishes and its PINGRESP (a broker "+
+			"handles a connection's packets in order) acknowledges them, so \"ack\" counts publishes the broker processed", pingBatch),
 		false: "\"ack\" is the acknowledgement time minus the send time; msg/s counts acknowledged publishes",
 	}[r.cfg.QoS == 0])
 	return err

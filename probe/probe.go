@@ -145,7 +145,8 @@ type Config struct {
 	// AckOnly (mqtt-to-kafka) measures publish -> acknowledgement only,
 	// with no Kafka consumer: for an MQTT broker without Kafka behind it
 	// (Mosquitto alone, the MQTT ceiling). The metric is "ack"; at QoS 0,
-	// which has no acknowledgement, it counts what was written. Needs the
+	// which has no acknowledgement, a PINGREQ after every 256 publishes
+	// stands in: its PINGRESP means the broker processed them. Needs the
 	// raw client. Default: false.
 	AckOnly bool
 	// Subscribers is the number of MQTT subscribers (kafka-to-mqtt and

@@ -49,7 +49,26 @@ type rawPublisher struct {
 	rerr    error         // why the reader ended; set before dead closes
 	acks    *stats.Latency
 	wg      sync.WaitGroup
+
+	// QoS 0 with onAck (--ack-only): every pingBatch publishes are followed
+	// by a PINGREQ; a broker handles a connection's packets in order, so its
+	// PINGRESP acknowledges the batch before it. cur is the sender's batch,
+	// batches those awaiting their PINGRESP.
+	cur      []pending0
+	pingMu   sync.Mutex
+	batches  [][]pending0
+	pingsOut atomic.Int64
 }
+
+type pending0 struct {
+	st    stamp.Stamp
+	nowNs int64
+}
+
+// pingBatch is the number of QoS 0 publishes one PINGREQ acknowledges.
+const pingBatch = 256
+
+var pingreq = []byte{12 << 4, 0}
 
 type pidSlot struct {
 	busy   atomic.Bool
@@ -100,7 +119,10 @@ func (p *rawPublisher) sendStamp(ctx context.Context, st stamp.Stamp, nowNs int6
 			return p.sendErr("write", err)
 		}
 		if p.onAck != nil {
-			p.onAck(st, nowNs)
+			p.cur = append(p.cur, pending0{st, nowNs})
+			if len(p.cur) == pingBatch {
+				return p.ping()
+			}
 		}
 		return nil
 	}
@@ -166,6 +188,22 @@ func (p *rawPublisher) takePid(ctx context.Context) (uint16, error) {
 	}
 }
 
+// ping closes the current QoS 0 batch with a PINGREQ.
+func (p *rawPublisher) ping() error {
+	p.pingMu.Lock()
+	p.batches = append(p.batches, p.cur)
+	p.pingMu.Unlock()
+	p.cur = make([]pending0, 0, pingBatch)
+	p.pingsOut.Add(1)
+	p.c.wmu.Lock()
+	_, err := p.c.bw.Write(pingreq)
+	p.c.wmu.Unlock()
+	if err != nil {
+		return p.sendErr("write", err)
+	}
+	return nil
+}
+
 // idle writes out buffered publishes: the generator is about to wait.
 func (p *rawPublisher) idle() error {
 	if err := p.c.flush(); err != nil {
@@ -188,12 +226,26 @@ func (p *rawPublisher) flush(ctx context.Context) error {
 	if err := p.c.flush(); err != nil {
 		return p.sendErr("write", err)
 	}
-	if p.qos == 0 {
+	if p.qos == 0 && p.onAck == nil {
 		return nil
+	}
+	if p.qos == 0 && len(p.cur) > 0 {
+		if err := p.ping(); err != nil {
+			return err
+		}
+	}
+	if err := p.c.flush(); err != nil {
+		return p.sendErr("write", err)
+	}
+	outstanding := func() int64 {
+		if p.qos == 0 {
+			return p.pingsOut.Load()
+		}
+		return p.sent.Load() - p.acked.Load()
 	}
 	timer := time.NewTimer(p.timeout)
 	defer timer.Stop()
-	for last := p.acked.Load(); p.acked.Load() < p.sent.Load(); {
+	for last := p.acked.Load(); outstanding() > 0; {
 		select {
 		case <-p.wake:
 			if a := p.acked.Load(); a != last {
@@ -201,14 +253,14 @@ func (p *rawPublisher) flush(ctx context.Context) error {
 				timer.Reset(p.timeout)
 			}
 		case <-p.dead:
-			if p.acked.Load() < p.sent.Load() {
-				return p.sendErr(fmt.Sprintf("connection ended with %d publishes unacknowledged", p.sent.Load()-p.acked.Load()), p.rerr)
+			if outstanding() > 0 {
+				return p.sendErr(fmt.Sprintf("connection ended with %d publishes (QoS 0: PINGREQs) unacknowledged", outstanding()), p.rerr)
 			}
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-timer.C:
-			return p.sendErr("flush", fmt.Errorf("%d publishes unacknowledged after %v: %w",
-				p.sent.Load()-p.acked.Load(), p.timeout, errTimeout))
+			return p.sendErr("flush", fmt.Errorf("%d publishes (QoS 0: PINGREQs) unacknowledged after %v: %w",
+				outstanding(), p.timeout, errTimeout))
 		}
 	}
 	return nil
@@ -284,6 +336,26 @@ func (p *rawPublisher) read() {
 				}
 				relNeeded = true
 			case pktPingresp:
+				p.pingMu.Lock()
+				var b []pending0
+				if len(p.batches) > 0 {
+					b = p.batches[0]
+					p.batches = p.batches[1:]
+				}
+				p.pingMu.Unlock()
+				now := p.clk.now()
+				for _, m := range b {
+					p.acks.Record(now - m.nowNs)
+					p.onAck(m.st, now)
+				}
+				if b != nil {
+					p.acked.Add(int64(len(b)))
+					p.pingsOut.Add(-1)
+					select {
+					case p.wake <- struct{}{}:
+					default:
+					}
+				}
 			case pktDisconn:
 				return fmt.Errorf("broker sent DISCONNECT")
 			default:
