@@ -147,12 +147,12 @@ func (r *runner) newStreams(n int, withAppend bool) []*stream {
 		s := newStream(uint32(r.cfg.Warmup), uint32(r.cfg.Count), r.startNs, withAppend, r.cfg.Raw, &r.received)
 		s.tr.OrderBy(keys, key)
 		s.tl, s.appTL = r.tl, r.appTL
-		if r.hop != nil {
-			s.hop = r.hop
-			s.lat.bridge = stats.NewLatency()
-		}
-		if i >= maxSinks {
+		s.hop = r.hop
+		switch {
+		case i >= maxSinks:
 			s.lat = r.streams[i%maxSinks].lat
+		case r.hop != nil:
+			s.lat.bridge = stats.NewLatency()
 		}
 		r.streams[i] = s
 	}
