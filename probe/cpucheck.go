@@ -36,16 +36,23 @@ func (r *runner) cpuCheck(sent int64) (string, bool) {
 		}
 		line += fmt.Sprintf("; machine busy %.2f of %d cores, the probe's share %.0f%%", machine, ncpu, 100*share)
 	}
+	return line + ": " + cpuVerdict(cores, machine, share, ncpu), true
+}
+
+// cpuVerdict names the limit of a run: the probe (it used most of a machine
+// or most of the busy CPU of a saturated one), possibly the probe, the
+// system under test, or nothing. machine < 0 means the machine's CPU is
+// unknown.
+func cpuVerdict(probeCores, machine, share float64, ncpu int) string {
 	saturated := machine >= 0.9*float64(ncpu)
 	switch {
-	case cores > 0.7*float64(ncpu) || (saturated && share > 0.5):
-		line += ": PROBE IS THE LIMIT (it measures itself: fewer --clients, a larger --inflight or another machine)"
+	case probeCores > 0.7*float64(ncpu) || (saturated && share > 0.5):
+		return "PROBE IS THE LIMIT (it measures itself: fewer --clients, a larger --inflight or another machine)"
 	case saturated && share > 1.0/3:
-		line += ": CPU SATURATED and the probe holds a large share: the probe may be part of the limit"
+		return "CPU SATURATED and the probe holds a large share: the probe may be part of the limit"
 	case saturated:
-		line += ": CPU saturated by the system under test (bridge, Kafka) and other processes, not by the probe"
+		return "CPU saturated by the system under test (bridge, Kafka) and other processes, not by the probe"
 	default:
-		line += ": ok, the probe is not the limit"
+		return "ok, the probe is not the limit"
 	}
-	return line, true
 }
