@@ -198,6 +198,9 @@ func TestRawEngineQoS(t *testing.T) {
 func TestRawEngineAgainstMosquitto(t *testing.T) {
 	bin, err := exec.LookPath("mosquitto")
 	if err != nil {
+		bin, err = exec.LookPath("/usr/sbin/mosquitto") // Debian's place, off a user's PATH
+	}
+	if err != nil {
 		t.Fatalf("mosquitto not installed (scripts/test.sh installs it): %v", err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
