@@ -174,8 +174,8 @@ func writeMatrix(w io.Writer, rows []mrow) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "msg/s: Ferry and forwarder = distinct messages consumed from Kafka per second (QoS 0: what reached Kafka, "+
 		"not what was sent; `lost` is the share that never reached Kafka, `dropped` what Ferry counted as dropped in "+
-		"`ferry_dropped_total`); Mosquitto alone = acknowledged publishes per second (QoS 0: publishes written, no "+
-		"acknowledgement exists); raw = kafka-producer-perf-test acks=all, same payload, one topic, Ferry's batch settings "+
+		"`ferry_dropped_total`); Mosquitto alone = acknowledged publishes per second (QoS 0 has no acknowledgement: a "+
+		"PINGREQ after every 256 publishes stands in, its PINGRESP means Mosquitto processed them); raw = kafka-producer-perf-test acks=all, same payload, one topic, Ferry's batch settings "+
 		"(linger 0, at most 1000 records / 1 MiB per batch). The same probe (raw MQTT engine, QoS 1 with 256 publishes in "+
 		"flight per connection) drives every MQTT system. load = 1-minute load average before the run.")
 	fmt.Fprintln(w)
