@@ -161,9 +161,10 @@ func TestKafkaToMQTTDelayFloor(t *testing.T) {
 	if bridge.Figures.P50 < 5 || kafka.Figures.P50 >= 5 {
 		t.Fatalf("bridge p50 %.3f ms (want >= the injected 5), kafka p50 %.3f ms (want < 5)", bridge.Figures.P50, kafka.Figures.P50)
 	}
-	// One clock: per message e2e = kafka + bridge, so the averages add up
-	// (to the microsecond truncation of the histograms).
-	if sum := kafka.Figures.Avg + bridge.Figures.Avg; math.Abs(sum-e2e.Figures.Avg) > 0.01 || bridge.Negative != 0 {
+	// One clock: per message e2e = kafka + bridge, so the averages add up,
+	// to the histograms' resolution (3 significant digits: a few µs at a
+	// few ms, tens of µs if the machine stalls a hop to 50 ms).
+	if sum := kafka.Figures.Avg + bridge.Figures.Avg; math.Abs(sum-e2e.Figures.Avg) > 0.1 || bridge.Negative != 0 {
 		t.Fatalf("kafka avg %.3f + bridge avg %.3f = %.3f ms, e2e avg %.3f ms (%d negative bridge samples)",
 			kafka.Figures.Avg, bridge.Figures.Avg, sum, e2e.Figures.Avg, bridge.Negative)
 	}

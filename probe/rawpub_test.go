@@ -87,8 +87,9 @@ func (b *windowBroker) serve(c net.Conn) {
 			// Full: nothing more may arrive until we acknowledge.
 			_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 		case len(pending) > 0:
-			// The client's last, partial window.
-			_ = c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+			// The client's last, partial window (or a client stalled by a
+			// loaded machine: long enough that the window fills first).
+			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
 		default:
 			_ = c.SetReadDeadline(time.Time{})
 		}
