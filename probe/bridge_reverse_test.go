@@ -5,8 +5,12 @@ package probe_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-bridge/ferry/bridge"
 	"github.com/ferry-bridge/ferry/internal/kafkatest"
@@ -30,7 +34,7 @@ func TestBridgeKafkaToMQTT(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkRun(t, res, 500, probe.MetricE2E)
+	checkRun(t, res, 500, probe.MetricKafka, probe.MetricBridge, probe.MetricE2E)
 }
 
 // TestBridgeRoundtrip publishes on instance A and subscribes on instance B:
@@ -58,4 +62,49 @@ func TestBridgeRoundtrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkRun(t, res, 500, probe.MetricE2E)
+}
+
+// TestBridgeKafkaToMQTTMissingTopic: kafka-to-mqtt against a bridge whose
+// reverse topic does not exist yet works with no extra setting: the probe
+// creates the topic (LogAppendTime, as the bridge does), says so, and every
+// record reaches the subscriber.
+func TestBridgeKafkaToMQTTMissingTopic(t *testing.T) {
+	brokers := kafkatest.Addrs(kafkatest.Brokers(t))
+	mqttTopic, kafkaTopic := uniqueTopic(t, brokers, "probemissing")
+	url := startBridge(t, brokers, func(c *bridge.Config) {
+		c.Reverse.Topics = []string{kafkaTopic}
+		c.Reverse.StartOffset = "earliest"
+	})
+	cfg := probe.DefaultConfig(probe.KafkaToMQTT)
+	cfg.MQTT, cfg.Kafka, cfg.Topic = url, brokers, mqttTopic
+	cfg.Count, cfg.Warmup, cfg.QoS, cfg.Rate = 300, 20, 1, 300
+	cfg.Timeout = 60 * time.Second // the bridge finds the new topic at its next metadata refresh
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	res, err := probe.Run(ctx, probe.KafkaToMQTT, cfg, probe.Env{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRun(t, res, 300, probe.MetricKafka, probe.MetricBridge, probe.MetricE2E)
+	if !strings.Contains(strings.Join(res.Checks, "\n"), "created by the probe") {
+		t.Fatalf("the probe did not say it created the topic:\n%s", strings.Join(res.Checks, "\n"))
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	rcs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, kafkaTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := rcs.On(kafkaTopic, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range got.Configs {
+		if c.Key == "message.timestamp.type" && (c.Value == nil || *c.Value != "LogAppendTime") {
+			t.Fatalf("created topic has message.timestamp.type %v", c.Value)
+		}
+	}
 }

@@ -19,6 +19,19 @@ type sender interface {
 	flush(ctx context.Context) error
 }
 
+// stampSender is a sender that encodes messages itself (the raw MQTT
+// engine): the generator hands it the stamp and the actual send time and
+// builds no payload.
+type stampSender interface {
+	sendStamp(ctx context.Context, st stamp.Stamp, nowNs int64) error
+}
+
+// idler is a sender that buffers: idle is called before the generator
+// waits for the next due time (open loop), so buffered messages leave.
+type idler interface {
+	idle() error
+}
+
 // generator drives the senders: client c sends sequences c, c+N, c+2N...
 // Open loop (rate > 0): message i is due at t0 + i/rate and is stamped with
 // that intended time, so a generator or system that falls behind shows up
@@ -37,7 +50,7 @@ type generator struct {
 	intended []int64
 	sent     atomic.Int64
 	t0       int64
-	lastNs   atomic.Int64
+	lastNs   []int64 // per client: when its last send returned
 	maxLagNs []int64 // per client
 }
 
@@ -55,6 +68,7 @@ func newGenerator(clk clock, warmup, count uint32, rate float64, template []byte
 func (g *generator) run(ctx context.Context, senders []sender) error {
 	n := len(senders)
 	g.maxLagNs = make([]int64, n)
+	g.lastNs = make([]int64, n)
 	// Align the clients on a common start a little in the future.
 	g.t0 = g.clk.now() + 2e6
 	errs := make([]error, n)
@@ -71,32 +85,55 @@ func (g *generator) run(ctx context.Context, senders []sender) error {
 }
 
 func (g *generator) client(ctx context.Context, c, n int, s sender) error {
+	ss, _ := s.(stampSender)
+	idl, _ := s.(idler)
+	// sent is added to the shared counter every 256 messages (the
+	// progress line) and at the end: one shared atomic per message would
+	// bounce a cache line between the clients.
+	var sent int64
+	defer func() { g.sent.Add(sent) }()
 	for seq := uint32(c); seq < g.total; seq += uint32(n) {
-		if err := ctx.Err(); err != nil {
-			return err
+		if sent == 256 {
+			g.sent.Add(sent)
+			sent = 0
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 		}
 		var due int64
 		if g.rate > 0 {
 			due = g.t0 + int64(float64(seq)*1e9/g.rate)
+			if idl != nil && due > g.clk.now() {
+				if err := idl.idle(); err != nil {
+					return fmt.Errorf("client %d, message %d: %w", c, seq, err)
+				}
+			}
 			g.clk.sleepUntil(due)
 		}
-		p := make([]byte, len(g.template))
-		copy(p, g.template)
 		now := g.clk.now()
 		if g.rate <= 0 {
 			due = now
 		} else if lag := now - due; lag > g.maxLagNs[c] {
 			g.maxLagNs[c] = lag
 		}
-		stamp.Put(p, stamp.Stamp{Seq: seq, SentNs: due})
+		st := stamp.Stamp{Seq: seq, SentNs: due}
 		g.sentAt[seq] = now
 		g.intended[seq] = due
-		if err := s.send(ctx, seq, p); err != nil {
+		var err error
+		if ss != nil {
+			err = ss.sendStamp(ctx, st, now)
+		} else {
+			p := make([]byte, len(g.template))
+			copy(p, g.template)
+			stamp.Put(p, st)
+			err = s.send(ctx, seq, p)
+		}
+		if err != nil {
 			return fmt.Errorf("client %d, message %d: %w", c, seq, err)
 		}
-		g.sent.Add(1)
-		g.lastNs.Store(g.clk.now())
+		sent++
 	}
+	g.lastNs[c] = g.clk.now()
 	return s.flush(ctx)
 }
 
@@ -112,7 +149,10 @@ type genStats struct {
 }
 
 func (g *generator) stats() genStats {
-	st := genStats{sent: g.sent.Load(), lastNs: g.lastNs.Load(), requestedRate: g.rate}
+	st := genStats{sent: g.sent.Load(), requestedRate: g.rate}
+	for _, l := range g.lastNs {
+		st.lastNs = max(st.lastNs, l)
+	}
 	for seq := uint32(0); seq < g.total; seq++ {
 		at := g.sentAt[seq]
 		if at == 0 {

@@ -92,14 +92,15 @@ func subscribe(c paho.Client, url, topic string, qos byte, timeout time.Duration
 	return nil
 }
 
-// mqttSender publishes one client's messages. Closed loop: each publish
-// waits for its token (PUBACK at QoS 1). Open loop: publishes are
-// pipelined; a waiter goroutine collects the tokens in order, at most
-// maxInflight outstanding.
+// mqttSender publishes one client's messages with paho. With one publish
+// in flight (the closed loop) each publish waits for its token (PUBACK at
+// QoS 1). With more, publishes are pipelined; a waiter goroutine collects
+// the tokens in order, at most inflight outstanding.
 type mqttSender struct {
 	c       paho.Client
 	url     string
-	topic   string
+	topics  []string
+	topicOf func(uint32) int
 	qos     byte
 	timeout time.Duration
 	open    bool
@@ -109,12 +110,13 @@ type mqttSender struct {
 	err    error // first token error, set by the waiter before done closes
 }
 
-const maxInflight = 16384 // below paho's 65535 packet ids
-
-func newMQTTSender(c paho.Client, url, topic string, qos byte, timeout time.Duration, open bool) *mqttSender {
-	s := &mqttSender{c: c, url: url, topic: topic, qos: qos, timeout: timeout, open: open}
-	if open {
-		s.tokens = make(chan paho.Token, maxInflight)
+func newMQTTSender(c paho.Client, url string, topics []string, topicOf func(uint32) int, qos byte,
+	timeout time.Duration, inflight int) *mqttSender {
+	s := &mqttSender{c: c, url: url, topics: topics, topicOf: topicOf, qos: qos, timeout: timeout, open: inflight > 1}
+	if s.open {
+		// paho's own limit is 65535 packet ids; the waiter holds one
+		// token more than the channel.
+		s.tokens = make(chan paho.Token, min(inflight-1, 65000))
 		s.done = make(chan struct{})
 		go s.wait()
 	}
@@ -125,16 +127,17 @@ func (s *mqttSender) wait() {
 	defer close(s.done)
 	for tok := range s.tokens {
 		if err := waitToken(tok, s.timeout); err != nil && s.err == nil {
-			s.err = fmt.Errorf("%w: publish to %s on %s: %w", ErrSend, s.topic, s.url, err)
+			s.err = fmt.Errorf("%w: publish on %s: %w", ErrSend, s.url, err)
 		}
 	}
 }
 
-func (s *mqttSender) send(ctx context.Context, _ uint32, payload []byte) error {
-	tok := s.c.Publish(s.topic, s.qos, false, payload)
+func (s *mqttSender) send(ctx context.Context, seq uint32, payload []byte) error {
+	topic := s.topics[s.topicOf(seq)]
+	tok := s.c.Publish(topic, s.qos, false, payload)
 	if !s.open {
 		if err := waitToken(tok, s.timeout); err != nil {
-			return fmt.Errorf("%w: publish to %s on %s: %w", ErrSend, s.topic, s.url, err)
+			return fmt.Errorf("%w: publish to %s on %s: %w", ErrSend, topic, s.url, err)
 		}
 		return nil
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -151,6 +152,25 @@ func TestKafkaToMQTTDelayFloor(t *testing.T) {
 	if e2e.Counts.Received != 100 || e2e.Figures.Min < 5 {
 		t.Fatalf("row %+v", e2e)
 	}
+	// The 5 ms sit between the probe's Kafka receive and the MQTT
+	// receive: the bridge hop, never the Kafka floor.
+	kafka, bridge := row(t, res, MetricKafka), row(t, res, MetricBridge)
+	if kafka.Counts.Received != 100 || !kafka.Available || bridge.Counts.Received != 100 || !bridge.Available {
+		t.Fatalf("kafka row %+v\nbridge row %+v", kafka, bridge)
+	}
+	if bridge.Figures.P50 < 5 || kafka.Figures.P50 >= 5 {
+		t.Fatalf("bridge p50 %.3f ms (want >= the injected 5), kafka p50 %.3f ms (want < 5)", bridge.Figures.P50, kafka.Figures.P50)
+	}
+	// One clock: per message e2e = kafka + bridge, so the averages add up,
+	// to the histograms' resolution (3 significant digits: a few µs at a
+	// few ms, tens of µs if the machine stalls a hop to 50 ms).
+	if sum := kafka.Figures.Avg + bridge.Figures.Avg; math.Abs(sum-e2e.Figures.Avg) > 0.1 || bridge.Negative != 0 {
+		t.Fatalf("kafka avg %.3f + bridge avg %.3f = %.3f ms, e2e avg %.3f ms (%d negative bridge samples)",
+			kafka.Figures.Avg, bridge.Figures.Avg, sum, e2e.Figures.Avg, bridge.Negative)
+	}
+	if got := []string{res.Rows[0].Metric, res.Rows[1].Metric, res.Rows[2].Metric}; strings.Join(got, ",") != "kafka,bridge,e2e" {
+		t.Fatalf("rows %v, want kafka,bridge,e2e", got)
+	}
 }
 
 func TestRoundtrip(t *testing.T) {
@@ -295,6 +315,7 @@ func TestUnreachable(t *testing.T) {
 	t.Run("topic missing", func(t *testing.T) {
 		cfg := testConfig(KafkaToMQTT, b, brokers)
 		cfg.KafkaTopic = "nope"
+		cfg.NoCreateTopic = true
 		_, err := run(t, KafkaToMQTT, cfg)
 		if !errors.Is(err, ErrTopicMissing) || !strings.Contains(err.Error(), "nope") {
 			t.Fatalf("err %v", err)

@@ -39,7 +39,26 @@ const (
 	MetricAppend = "append"
 	// MetricE2E is the receive time minus the send time.
 	MetricE2E = "e2e"
+	// MetricKafka (kafka-to-mqtt) is the probe's own Kafka consumer's
+	// receive time minus the produce time: the floor under the bridge.
+	MetricKafka = "kafka"
+	// MetricBridge (kafka-to-mqtt) is, per message, the MQTT receive time
+	// minus the probe's Kafka receive time of the same record: the
+	// bridge's own share of the path.
+	MetricBridge = "bridge"
+	// MetricAck (mqtt-to-kafka --ack-only) is the acknowledgement time
+	// minus the send time.
+	MetricAck = "ack"
 )
+
+// Publisher clients (Config.Client).
+const (
+	ClientRaw  = "raw"
+	ClientPaho = "paho"
+)
+
+// defaultOpenInflight is the window of an open-loop run without --inflight.
+const defaultOpenInflight = 16384
 
 // Errors returned by Run. Failures are wrapped with the details (which
 // broker, which topic, how many messages).
@@ -109,6 +128,27 @@ type Config struct {
 	// Clients is the number of MQTT publishers or Kafka producer
 	// goroutines. Default: 1.
 	Clients int
+	// Client is the MQTT publisher implementation: "raw" (the probe's own
+	// engine: pre-encoded packets, buffered writes, a window of Inflight
+	// publishes per connection, acknowledgements timed as they arrive) or
+	// "paho" (eclipse/paho.mqtt.golang). Default: raw.
+	Client string
+	// Inflight is the number of QoS 1/2 publishes each client keeps in
+	// flight. 1 is the reference test's closed loop (publish, wait for the
+	// PUBACK, publish). Default: 1 without Rate; 16384 with Rate (open
+	// loop: the schedule, not the acknowledgements, paces the sends).
+	Inflight int
+	// Topics spreads mqtt-to-kafka publishes over this many MQTT topics,
+	// Topic/0 ... Topic/N-1 (each publisher round-robin), mapped to as
+	// many Kafka topics. Default: 1 (Topic itself).
+	Topics int
+	// AckOnly (mqtt-to-kafka) measures publish -> acknowledgement only,
+	// with no Kafka consumer: for an MQTT broker without Kafka behind it
+	// (Mosquitto alone, the MQTT ceiling). The metric is "ack"; at QoS 0,
+	// which has no acknowledgement, a PINGREQ after every 256 publishes
+	// stands in: its PINGRESP means the broker processed them. Needs the
+	// raw client. Default: false.
+	AckOnly bool
 	// Subscribers is the number of MQTT subscribers (kafka-to-mqtt and
 	// roundtrip); each must receive every message. Default: 1.
 	Subscribers int
@@ -125,9 +165,11 @@ type Config struct {
 	Timeout time.Duration
 	// ConnectTimeout bounds connecting to MQTT and Kafka. Default: 5s.
 	ConnectTimeout time.Duration
-	// CreateTopic lets kafka-to-mqtt create a missing Kafka topic (1
-	// partition, replication 1, LogAppendTime). Default: false.
-	CreateTopic bool
+	// NoCreateTopic stops kafka-to-mqtt from creating a missing Kafka
+	// topic; by default it creates it (1 partition, replication 1,
+	// message.timestamp.type=LogAppendTime, as the bridge creates topics)
+	// and says so. Default: false.
+	NoCreateTopic bool
 	// Raw keeps one line per message for WriteRaw. Default: false.
 	Raw bool
 }
@@ -146,6 +188,8 @@ func DefaultConfig(d Direction) Config {
 		QoS:            1,
 		PayloadSize:    stamp.Size,
 		Clients:        1,
+		Client:         ClientRaw,
+		Topics:         1,
 		Subscribers:    1,
 		Timeout:        10 * time.Second,
 		ConnectTimeout: 5 * time.Second,
@@ -175,6 +219,18 @@ func (c Config) withDefaults(d Direction) Config {
 	}
 	if c.Clients == 0 {
 		c.Clients = def.Clients
+	}
+	if c.Client == "" {
+		c.Client = def.Client
+	}
+	if c.Topics == 0 {
+		c.Topics = def.Topics
+	}
+	if c.Inflight == 0 {
+		c.Inflight = 1
+		if c.Rate > 0 {
+			c.Inflight = defaultOpenInflight
+		}
 	}
 	if c.Subscribers == 0 {
 		c.Subscribers = def.Subscribers
@@ -215,6 +271,18 @@ func (c Config) Validate(d Direction) error {
 		return bad("rate", c.Rate, "must be a positive number, or 0 for closed loop")
 	case c.Clients < 1:
 		return bad("clients", c.Clients, "must be at least 1")
+	case c.Client != ClientRaw && c.Client != ClientPaho:
+		return bad("client", c.Client, "want raw or paho")
+	case c.Inflight < 1 || c.Inflight > 65535:
+		return bad("inflight", c.Inflight, "must be 1..65535 (MQTT packet ids)")
+	case c.Topics < 1 || c.Topics > 10000:
+		return bad("topics", c.Topics, "must be 1..10000")
+	case c.Topics > 1 && d != MQTTToKafka:
+		return bad("topics", c.Topics, "several topics are measured for mqtt-to-kafka only")
+	case c.AckOnly && d != MQTTToKafka:
+		return bad("ack-only", c.AckOnly, "only mqtt-to-kafka has acknowledgements to measure")
+	case c.AckOnly && c.Client != ClientRaw:
+		return bad("ack-only", c.AckOnly, "needs --client raw")
 	case c.Subscribers < 1:
 		return bad("subscribers", c.Subscribers, "must be at least 1")
 	case c.Ramp < 0 || math.IsNaN(c.Ramp) || math.IsInf(c.Ramp, 0):

@@ -22,10 +22,11 @@ type arrival struct {
 // fan-outs where streams share a bounded number of sinks (an HDR histogram
 // is about 128 KB: 10,000 of them would not fit).
 type sink struct {
-	mu    sync.Mutex
-	e2e   *stats.Latency
-	app   *stats.Latency // nil when the direction has no append metric
-	noApp int64          // measured records without LogAppendTime
+	mu     sync.Mutex
+	e2e    *stats.Latency
+	app    *stats.Latency // nil when the direction has no append metric
+	noApp  int64          // measured records without LogAppendTime
+	bridge *stats.Latency // nil unless the stream has a hop (kafka-to-mqtt)
 }
 
 func newSink(withAppend bool) *sink {
@@ -49,11 +50,22 @@ func (k *sink) record(latNs, appendMs, sentNs int64) {
 		k.noApp++
 		return
 	}
-	// LogAppendTime is whole ms (the broker's clock, truncated); the send
-	// time is ns. The difference is a lower bound of the true append
-	// latency by up to 1 ms and can be negative: Latency.Record clamps
-	// negatives to 0 and counts them.
-	k.app.Record(appendMs*1e6 - sentNs)
+	k.app.Record(appendLatencyNs(appendMs, sentNs))
+}
+
+// appendLatencyNs is the append metric as the reference test computed it:
+// both times in whole milliseconds (LogAppendTime is whole ms on the
+// broker's clock; the send time is truncated to its ms), so the figures
+// compare with the reference's table. Each sample is a whole number of ms.
+func appendLatencyNs(appendMs, sentNs int64) int64 {
+	return (appendMs - sentNs/1e6) * 1e6
+}
+
+// hop joins an MQTT arrival to the probe's own Kafka receive of the same
+// record (kafka-to-mqtt): recv[seq] is the Kafka receive time, 0 until it
+// arrives.
+type hop struct {
+	recv []atomic.Int64
 }
 
 // stream is one receiving goroutine's view of the run: a Kafka consumer or
@@ -71,6 +83,14 @@ type stream struct {
 	// e2e and append latency.
 	tl, appTL *stats.Timeline
 	keepRaw   bool
+	// hop, when set, gets the bridge metric of each measured arrival;
+	// arrivals that came before the probe's Kafka receive wait in
+	// pendingHop until finish.
+	hop        *hop
+	pendingHop []arrival
+	// recvAt, when set, is filled with each first arrival's receive time
+	// (the Kafka stream of kafka-to-mqtt feeds a hop).
+	recvAt *hop
 
 	total    int64
 	unique   int64
@@ -94,17 +114,30 @@ func newStream(warmup, count uint32, fromNs int64, withAppend, keepRaw bool, rec
 // observe joins one received payload. appendMs is the record's
 // LogAppendTime in Unix ms, or noAppend.
 func (s *stream) observe(payload []byte, recvNs, appendMs int64) {
+	st, err := stamp.Parse(payload)
+	if err != nil {
+		s.mu.Lock()
+		s.foreign++
+		s.mu.Unlock()
+		return
+	}
+	s.observeStamp(st, recvNs, appendMs)
+}
+
+// observeStamp joins one received stamp (observe without the payload: the
+// raw engine's acknowledgements).
+func (s *stream) observeStamp(st stamp.Stamp, recvNs, appendMs int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// Our stamps were sent before they were received, on the same clock.
-	w := s.window
-	w.ToNs = recvNs
-	st, err := w.Check(payload)
-	if err != nil {
+	if st.Seq >= s.window.Total || st.SentNs < s.window.FromNs || st.SentNs > recvNs {
 		s.foreign++
 		return
 	}
 	v := s.tr.Observe(st.Seq, recvNs)
+	if s.recvAt != nil && (v == stats.Measured || v == stats.Warmup) {
+		s.recvAt.recv[st.Seq].Store(recvNs)
+	}
 	if v == stats.Measured || v == stats.Warmup {
 		s.unique++
 		if s.received != nil {
@@ -121,11 +154,18 @@ func (s *stream) observe(payload []byte, recvNs, appendMs int64) {
 		return
 	}
 	s.lat.record(recvNs-st.SentNs, appendMs, st.SentNs)
+	if s.hop != nil {
+		if k := s.hop.recv[st.Seq].Load(); k != 0 {
+			s.lat.recordBridge(recvNs - k)
+		} else {
+			s.pendingHop = append(s.pendingHop, arrival{seq: st.Seq, recvNs: recvNs})
+		}
+	}
 	if s.tl != nil {
 		s.tl.Record(recvNs, recvNs-st.SentNs)
 	}
 	if s.appTL != nil && appendMs != noAppend {
-		s.appTL.Record(recvNs, appendMs*1e6-st.SentNs)
+		s.appTL.Record(recvNs, appendLatencyNs(appendMs, st.SentNs))
 	}
 }
 
@@ -134,4 +174,29 @@ func (s *stream) p99() float64 {
 	s.lat.mu.Lock()
 	defer s.lat.mu.Unlock()
 	return s.lat.e2e.Quantile(0.99)
+}
+
+// recordBridge adds one bridge sample (MQTT receive - Kafka receive).
+func (k *sink) recordBridge(ns int64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.bridge.Record(ns)
+}
+
+// resolveHops records the bridge metric of arrivals that came before the
+// probe's Kafka receive of their record (negative samples, clamped to 0 and
+// counted) and returns how many never had a Kafka receive.
+func (s *stream) resolveHops() (missing int64) {
+	s.mu.Lock()
+	pending := s.pendingHop
+	s.pendingHop = nil
+	s.mu.Unlock()
+	for _, a := range pending {
+		if k := s.hop.recv[a.seq].Load(); k != 0 {
+			s.lat.recordBridge(a.recvNs - k)
+		} else {
+			missing++
+		}
+	}
+	return missing
 }

@@ -61,6 +61,7 @@ func BenchmarkRing(b *testing.B) {
 			}
 			wg.Wait()
 			reportMetrics(b, cpu0)
+			b.ReportMetric(float64(r.parks.Load())*1000/float64(b.N), "parks/kitem")
 		})
 	}
 }

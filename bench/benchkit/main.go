@@ -9,6 +9,7 @@
 //	benchkit perfcsv --qos -1 --payload-bytes 12 --rate -1 < perf-test.log > out.csv
 //	benchkit summary --csv results.csv --env env.txt > summary.md
 //	benchkit puback  --mqtt tcp://127.0.0.1:1883 --count 100000 --rate 1000 --clients 1
+//	benchkit matrix  --csv matrix.csv --env env.txt > matrix.md
 package main
 
 import (
@@ -24,7 +25,7 @@ import (
 // errUsage marks bad command lines.
 var errUsage = errors.New("usage")
 
-const usage = `usage: benchkit topics|recv|perfcsv|summary|puback [flags]`
+const usage = `usage: benchkit topics|recv|perfcsv|summary|puback|matrix [flags]`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -55,6 +56,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runSummary(args[1:], stdout, stderr)
 	case "puback":
 		return runPuback(ctx, args[1:], stdout, stderr)
+	case "matrix":
+		return runMatrix(args[1:], stdout, stderr)
 	default:
 		fmt.Fprintln(stderr, usage)
 		return fmt.Errorf("%w: unknown command %q", errUsage, args[0])

@@ -22,8 +22,12 @@ func runTopics(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	brokers := fs.String("kafka", "127.0.0.1:9092", "Kafka bootstrap brokers, comma-separated")
 	partitions := fs.Int("partitions", 1, "partitions per topic")
+	deletePrefix := fs.String("delete-prefix", "", "instead of creating, delete every topic whose name starts with this prefix")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if *deletePrefix != "" {
+		return deleteTopics(ctx, strings.Split(*brokers, ","), *deletePrefix)
 	}
 	if fs.NArg() == 0 {
 		return fmt.Errorf("%w: no topics", errUsage)
@@ -44,6 +48,45 @@ func runTopics(ctx context.Context, args []string, stderr io.Writer) error {
 	for _, r := range resp.Sorted() {
 		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
 			err = errors.Join(err, fmt.Errorf("create topic %s: %w", r.Topic, r.Err))
+		}
+	}
+	return err
+}
+
+// deleteTopics deletes the topics whose names start with prefix (a
+// benchmark's own topics, at its end).
+func deleteTopics(ctx context.Context, brokers []string, prefix string) error {
+	if len(prefix) < 8 {
+		return fmt.Errorf("%w: delete-prefix %q is too short to be one run's own", errUsage, prefix)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	names, err := adm.ListTopics(ctx)
+	if err != nil {
+		return fmt.Errorf("list topics: %w", err)
+	}
+	var del []string
+	for _, n := range names.Names() {
+		if strings.HasPrefix(n, prefix) {
+			del = append(del, n)
+		}
+	}
+	if len(del) == 0 {
+		return nil
+	}
+	resp, err := adm.DeleteTopics(ctx, del...)
+	if err != nil {
+		return fmt.Errorf("delete topics: %w", err)
+	}
+	for _, r := range resp.Sorted() {
+		if r.Err != nil && !errors.Is(r.Err, kerr.UnknownTopicOrPartition) {
+			err = errors.Join(err, fmt.Errorf("delete topic %s: %w", r.Topic, r.Err))
 		}
 	}
 	return err

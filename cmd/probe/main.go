@@ -11,6 +11,13 @@
 //	probe compare a.csv b.csv
 //	probe kafka-to-mqtt --subscribers 10000 --ramp 1000 --qos 1 --rate 2 --count 60
 //	probe mqtt-to-kafka --link satellite --rate 10 --count 300 --plot figs
+//	probe mqtt-to-kafka --qos 1 --clients 4 --inflight 256 --count 2000000
+//	probe mqtt-to-kafka --mqtt tcp://127.0.0.1:1884 --ack-only --clients 4 --inflight 256
+//
+// Publishers use the probe's raw MQTT 3.1.1 engine by default (--client
+// paho for eclipse/paho.mqtt.golang): --inflight N keeps N QoS 1/2
+// publishes in flight per client (1, the default, is the reference test's
+// closed loop).
 //
 // Sweep: each of --clients publishers sends one message per --interval for
 // --duration, per payload size, --repeat times averaged. The knee of a
@@ -210,7 +217,17 @@ func addRunFlags(fs *pflag.FlagSet, d probe.Direction, cfg *probe.Config, files 
 	fs.StringVar(&cfg.Username, "username", "", "MQTT username")
 	fs.StringVar(&cfg.Password, "password", "", "MQTT password")
 	if d == probe.KafkaToMQTT {
-		fs.BoolVar(&cfg.CreateTopic, "create-topic", false, "create the Kafka topic if missing (1 partition, LogAppendTime)")
+		fs.BoolVar(&cfg.NoCreateTopic, "no-create-topic", false, "fail if the Kafka topic is missing instead of creating it (1 partition, LogAppendTime, as the bridge does)")
+		fs.Bool("create-topic", true, "creating a missing topic is the default now")
+		_ = fs.MarkDeprecated("create-topic", "a missing topic is created by default (--no-create-topic to refuse)")
+	}
+	if d != probe.KafkaToMQTT {
+		fs.StringVar(&cfg.Client, "client", cfg.Client, "MQTT publisher: raw (the probe's own engine: pre-encoded packets, buffered writes, --inflight window) or paho")
+		fs.IntVar(&cfg.Inflight, "inflight", 0, "QoS 1/2 publishes in flight per client (default 1, the reference's closed loop; 16384 with --rate)")
+	}
+	if d == probe.MQTTToKafka && !sweep {
+		fs.IntVar(&cfg.Topics, "topics", cfg.Topics, "spread the publishes over N topics --topic/0 .. --topic/N-1 (Kafka: the mapping of each, or --kafka-topic_0 ..)")
+		fs.BoolVar(&cfg.AckOnly, "ack-only", false, "no Kafka: measure publish -> acknowledgement only (an MQTT broker alone, e.g. Mosquitto as the MQTT ceiling); metric ack")
 	}
 	if sweep {
 		fs.StringVar(&files.csv, "csv", "", "write the sweep as CSV (header + one row per point)")

@@ -264,3 +264,31 @@ func TestTimeline(t *testing.T) {
 		t.Fatalf("peak %d", p)
 	}
 }
+
+// TestReorderedPerKey: with OrderBy, only a sequence lower than an earlier
+// one of the same key (publisher and topic) is reordered.
+func TestReorderedPerKey(t *testing.T) {
+	const publishers, topics = 2, 2
+	key := func(seq uint32) int { return int(seq%publishers*topics + seq/publishers%topics) }
+	for _, tc := range []struct {
+		name  string
+		order []uint32
+		want  int64
+	}{
+		// Keys: 0->0, 1->2, 2->1, 3->3, 4->0, 5->2, 6->1, 7->3.
+		{"keys interleaved, each in order", []uint32{1, 3, 5, 7, 0, 2, 4, 6}, 0},
+		{"one swap inside key 0", []uint32{1, 3, 5, 7, 4, 2, 0, 6}, 1},
+		{"same publisher, other topic may overtake", []uint32{2, 0, 6, 4, 1, 3, 5, 7}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := NewTracker(0, 8)
+			tr.OrderBy(publishers*topics, key)
+			for i, seq := range tc.order {
+				tr.Observe(seq, int64(i+1))
+			}
+			if got := tr.Counts().Reordered; got != tc.want {
+				t.Fatalf("reordered %d, want %d", got, tc.want)
+			}
+		})
+	}
+}

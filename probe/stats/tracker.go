@@ -30,7 +30,9 @@ type Counts struct {
 	// Duplicated is the number of extra arrivals of measured messages.
 	Duplicated int64
 	// Reordered is the number of first arrivals whose sequence was lower
-	// than the highest sequence that stream had already received.
+	// than the highest sequence that stream had already received from the
+	// same order key (publisher and topic, see Tracker.OrderBy): MQTT
+	// promises order per publisher and topic only.
 	Reordered int64
 	// WarmupExpected and WarmupReceived count the warm-up messages.
 	WarmupExpected, WarmupReceived int64
@@ -67,8 +69,21 @@ func (c *Counts) Add(o Counts) {
 type Tracker struct {
 	warmup, total uint32
 	seen          []uint64
-	max           int64
+	max           []int64 // highest sequence seen, per order key
+	key           func(seq uint32) int
 	c             Counts
+}
+
+// OrderBy makes reordering count per order key: key(seq) in [0, keys) names
+// the stream a sequence belongs to (its publisher and topic). Sequences of
+// different keys may interleave freely. Without OrderBy there is one key.
+// Call it before the first Observe.
+func (t *Tracker) OrderBy(keys int, key func(seq uint32) int) {
+	t.max = make([]int64, keys)
+	for i := range t.max {
+		t.max[i] = -1
+	}
+	t.key = key
 }
 
 // NewTracker returns a tracker for a run of warmup + count messages.
@@ -78,7 +93,7 @@ func NewTracker(warmup, count uint32) *Tracker {
 		warmup: warmup,
 		total:  total,
 		seen:   make([]uint64, (uint64(total)+63)/64),
-		max:    -1,
+		max:    []int64{-1},
 		c:      Counts{Expected: int64(count), WarmupExpected: int64(warmup)},
 	}
 }
@@ -98,9 +113,13 @@ func (t *Tracker) Observe(seq uint32, recvNs int64) Verdict {
 		return Duplicate
 	}
 	t.seen[word] |= bit
-	reordered := int64(seq) < t.max
-	if int64(seq) > t.max {
-		t.max = int64(seq)
+	k := 0
+	if t.key != nil {
+		k = t.key(seq)
+	}
+	reordered := int64(seq) < t.max[k]
+	if int64(seq) > t.max[k] {
+		t.max[k] = int64(seq)
 	}
 	if !measured {
 		t.c.WarmupReceived++
