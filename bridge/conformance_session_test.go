@@ -4,12 +4,15 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
 	pahov3 "github.com/eclipse/paho.mqtt.golang"
 	pahopackets "github.com/eclipse/paho.mqtt.golang/packets"
+
+	"github.com/ferry-bridge/ferry/internal/kafkatest"
 )
 
 // dropConn closes a v5 client's TCP connection without DISCONNECT (a
@@ -369,5 +372,39 @@ func TestConformanceWillV311(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no Will after the connection dropped")
+	}
+}
+
+// TestWillReachesKafka: a Will message is a publish like any other for the
+// bridge (MQTT 5 3.1.2.5: the server publishes it when the connection ends
+// without DISCONNECT): it lands in Kafka with its topic, QoS and retain
+// headers, not only at local subscribers. mochi publishes Wills without
+// OnPublish, so without OnWillSent this test finds nothing in Kafka.
+func TestWillReachesKafka(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	b := startBridge(t, testConfig(brokers))
+	topic := uniqueTopic("will")
+	o := pahov3.NewClientOptions().AddBroker("tcp://"+b.MQTTAddr()).SetClientID("will-kafka-"+randHex(3)).
+		SetWill(topic, "gone", 1, true).SetAutoReconnect(false).SetKeepAlive(2 * time.Second).
+		SetPingTimeout(time.Hour)
+	var conn net.Conn
+	o.SetCustomOpenConnectionFn(func(uri *url.URL, _ pahov3.ClientOptions) (net.Conn, error) {
+		c, err := net.DialTimeout("tcp", uri.Host, 5*time.Second)
+		conn = c
+		return c, err
+	})
+	c := pahov3.NewClient(o)
+	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	conn.Close() // no DISCONNECT: the Will is published
+	msgs := readTopic(t, strings.Split(brokers, ","), kafkaName(t, topic), 1, 20*time.Second)
+	if got := string(msgs[0].Value); got != "gone" {
+		t.Fatalf("Kafka record value %q, want the Will payload \"gone\"", got)
+	}
+	for key, want := range map[string]string{"mqtt.topic": topic, "mqtt.qos": "1", "mqtt.retain": "true"} {
+		if got, _ := header(msgs[0], key); got != want {
+			t.Errorf("header %s = %q, want %q", key, got, want)
+		}
 	}
 }

@@ -61,7 +61,7 @@ func (h *hook) ID() string { return "ferry-bridge" }
 func (h *hook) Provides(b byte) bool {
 	switch b {
 	case mqtt.OnPublish, mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnPublishDropped, mqtt.OnSubscribe,
-		mqtt.OnQosComplete, mqtt.OnQosDropped:
+		mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.OnWillSent:
 		return true
 	}
 	return false
@@ -121,6 +121,24 @@ func (h *hook) OnPublishDropped(_ *mqtt.Client, _ packets.Packet) {
 }
 
 var qosLabel = [3]string{"0", "1", "2"}
+
+// OnWillSent bridges a Will message that mochi has just published to local
+// subscribers: mochi's sendLWT never passes a Will through OnPublish. Its
+// client is gone, so nobody waits for an acknowledgement: the record goes the
+// QoS 0 way (best effort, counted when dropped) and carries the Will's QoS
+// and retain flag in its headers.
+func (h *hook) OnWillSent(cl *mqtt.Client, pk packets.Packet) {
+	route, err := h.tm.Forward(pk.TopicName)
+	if errors.Is(err, topicmap.ErrExcluded) {
+		return
+	}
+	if err != nil {
+		h.metrics.drops.WithLabelValues("unmappable_topic").Inc()
+		h.logs.Warn(pk.TopicName, "will not bridged: topic cannot be mapped to Kafka", "client", cl.ID, "topic", pk.TopicName, "err", err)
+		return
+	}
+	h.enqueueQoS0(h.newRecord(cl, pk, route))
+}
 
 func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	if cl.Net.Inline {
