@@ -63,14 +63,18 @@ func isRegexTopic(t string) bool {
 // reverseKgoOpts builds the franz-go consumer options from the bridge
 // config: group, topics, start offset, metadata refresh, commit marking,
 // static membership, TLS and SASL.
-func reverseKgoOpts(cfg Config, brokers []string, log *slog.Logger, m *metrics) ([]kgo.Opt, error) {
-	start := kgo.NewOffset().AtEnd()
+//
+// Partitions without a commit start at the first record newer than startAt
+// (reverse.start_offset latest) or at their start (earliest). commitSafe is
+// called when partitions are revoked: it marks what is safe to commit.
+func reverseKgoOpts(cfg Config, brokers []string, log *slog.Logger, m *metrics, startAt time.Time, commitSafe func()) ([]kgo.Opt, error) {
+	start := kgo.NewOffset().AfterMilli(startAt.UnixMilli())
 	if cfg.Reverse.StartOffset == "earliest" {
 		start = kgo.NewOffset().AtStart()
 	}
 	refresh := cfg.Reverse.Refresh
 	if refresh <= 0 {
-		refresh = 30 * time.Second
+		refresh = DefaultConfig().Reverse.Refresh
 	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(brokers...),
@@ -83,14 +87,16 @@ func reverseKgoOpts(cfg Config, brokers []string, log *slog.Logger, m *metrics) 
 		kgo.SessionTimeout(reverseSessionTimeout),
 		kgo.ConsumeResetOffset(start),
 		kgo.MetadataMaxAge(refresh),
-		kgo.MetadataMinAge(min(refresh, 5*time.Second)),
-		// Commit only what was handed to the broker, in the background.
+		kgo.MetadataMinAge(min(refresh, time.Second)),
+		// Commit only what the committer marked safe, in the background.
 		kgo.AutoCommitMarks(),
 		kgo.AutoCommitInterval(reverseCommitInterval),
 		kgo.WithLogger(kgoLogger{log: log.With("component", "reverse-kafka")}),
-		// A revoke (rebalance of a shared group) commits what was published,
-		// as kgo's default revoke would, and drops the partitions' lag series.
+		// A revoke (rebalance of a shared group, or a new regex topic) commits
+		// what is safe, as kgo's default revoke would, and drops the
+		// partitions' lag series.
 		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
+			commitSafe()
 			if err := cl.CommitMarkedOffsets(ctx); err != nil {
 				log.Warn("commit on revoke", "err", err)
 			}
