@@ -103,7 +103,7 @@ func newReverse(cfg Config, log *slog.Logger, server *mqtt.Server, tm *topicmap.
 	if r.client, err = kgo.NewClient(opts...); err != nil {
 		return nil, fmt.Errorf("reverse consumer: %w", err)
 	}
-	r.commits = newCommitter(r.client, st, log)
+	r.commits = newCommitter(r.client, st, order, log)
 	return r, nil
 }
 
@@ -250,15 +250,29 @@ func publishSize(pk *packets.Packet) int {
 	return n + 5 // fixed header: type byte + up to 4 length bytes
 }
 
-// commit makes the final commit at shutdown: with a session store, what is
-// on disk; without one, what the broker has taken, after waiting (bounded)
-// for subscribers to acknowledge what is in flight.
+// commit makes the final commit at shutdown. Without a session store it
+// waits (bounded) for subscribers to acknowledge what is in flight and
+// commits what the broker has taken. With a store it waits (bounded) for
+// clean sessions to acknowledge, then commits only what is safe: what is
+// still unacknowledged is redelivered after the restart.
 func (r *reverse) commit() error {
 	if r.store == nil && !r.pace.drain(reverseDrainTimeout) {
 		r.log.Warn("shutdown: subscribers still have unacknowledged messages; committing anyway (no storage.dir)", "waited", reverseDrainTimeout)
 	}
-	if err := r.commits.flush(); err != nil {
-		return fmt.Errorf("reverse: final commit: %w", err)
+	deadline := time.Now().Add(reverseDrainTimeout)
+	for {
+		if err := r.commits.flush(); err != nil {
+			return fmt.Errorf("reverse: final commit: %w", err)
+		}
+		if !r.commits.unsafe() {
+			break
+		}
+		if time.Now().After(deadline) {
+			r.log.Warn("shutdown: clean-session subscribers still have unacknowledged messages; their records are not committed and will be redelivered",
+				"waited", reverseDrainTimeout)
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(r.cfg.ShutdownTimeout/2, 5*time.Second))
 	defer cancel()

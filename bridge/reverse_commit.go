@@ -3,7 +3,9 @@ package bridge
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -23,26 +25,42 @@ const reverseStartMargin = 10 * time.Minute
 // committer decides which consumed offsets may be committed.
 //
 // The reverse goroutine reports each partition's last handled record
-// (published into mochi, or skipped). With a session store, every QoS 1/2
-// delivery of that record is then in flight to a subscriber and written to
-// the store (or already acknowledged); the committer fsyncs the store (sync)
-// and only then marks the offsets, so a committed offset implies that every
-// delivery it produced is acknowledged or on disk. Without a store the marks
-// are set at once (deliveries are in memory only; see reverse.commit for the
-// bounded drain at shutdown).
+// (published into mochi, or skipped). Without a session store the offsets
+// are marked at once: deliveries live in memory only (see reverse.commit for
+// the bounded drain at shutdown).
+//
+// With a store, a record's offset is marked only when every QoS 1/2 delivery
+// it produced is safe: acknowledged by the subscriber, or written to the
+// store and fsynced. Each flush closes a round: the offsets handled so far
+// and the sequence number of the latest delivery (inflightOrder.last). A
+// round is released once no delivery up to its sequence is still in flight
+// to a clean session (those are not stored: they must be acknowledged);
+// then the store is fsynced (one fsync for everything written before it: a
+// group commit) and the round's offsets are marked. kgo commits marks in the
+// background every reverseCommitInterval. A crash therefore redelivers, never
+// skips.
 type committer struct {
 	client *kgo.Client
 	store  *store // nil: no session store
+	order  *inflightOrder
 	log    *slog.Logger
 
 	mu      sync.Mutex
 	pending map[string]map[int32]kgo.EpochOffset
 
-	flushMu sync.Mutex // one flush at a time (ticker, revoke, shutdown)
+	flushMu sync.Mutex // one flush at a time (ticker, revoke, shutdown); guards rounds
+	rounds  []commitRound
+	flushes atomic.Int64 // completed flush calls (tests)
 }
 
-func newCommitter(client *kgo.Client, st *store, log *slog.Logger) *committer {
-	return &committer{client: client, store: st, log: log, pending: make(map[string]map[int32]kgo.EpochOffset)}
+// commitRound is what may be marked once every delivery up to upTo is safe.
+type commitRound struct {
+	upTo  uint64
+	marks map[string]map[int32]kgo.EpochOffset
+}
+
+func newCommitter(client *kgo.Client, st *store, order *inflightOrder, log *slog.Logger) *committer {
+	return &committer{client: client, store: st, order: order, log: log, pending: make(map[string]map[int32]kgo.EpochOffset)}
 }
 
 // handled records that rec and everything before it in its partition are
@@ -57,34 +75,66 @@ func (c *committer) handled(rec *kgo.Record) {
 	ps[rec.Partition] = kgo.EpochOffset{Epoch: rec.LeaderEpoch, Offset: rec.Offset + 1}
 	c.mu.Unlock()
 	if c.store == nil {
-		c.flush()
+		_ = c.flush()
 	}
 }
 
-// flush makes the store durable and marks everything handled before it.
+// flush closes a round and marks every round that is safe now.
 func (c *committer) flush() error {
 	c.flushMu.Lock()
 	defer c.flushMu.Unlock()
+	defer c.flushes.Add(1)
 	c.mu.Lock()
-	if len(c.pending) == 0 {
-		c.mu.Unlock()
+	if len(c.pending) > 0 {
+		c.rounds = append(c.rounds, commitRound{upTo: c.order.last(), marks: c.pending})
+		c.pending = make(map[string]map[int32]kgo.EpochOffset)
+	}
+	c.mu.Unlock()
+	if len(c.rounds) == 0 {
 		return nil
 	}
-	marks := c.pending
-	c.pending = make(map[string]map[int32]kgo.EpochOffset, len(marks))
-	c.mu.Unlock()
-	if c.store != nil {
-		now := time.Now()
-		if err := c.store.sync(); err != nil {
-			// Not durable: do not mark. The records are redelivered after a
-			// restart (at least once), never skipped.
-			c.log.Error("session store sync failed: offsets not committed", "err", err)
-			return err
-		}
-		c.store.touchAlive(now)
+	if c.store == nil {
+		c.client.MarkCommitOffsets(c.rounds[len(c.rounds)-1].marks)
+		c.rounds = c.rounds[:0]
+		return nil
 	}
+	oldest := c.order.oldestVolatile()
+	n := 0
+	for n < len(c.rounds) && c.rounds[n].upTo < oldest {
+		n++
+	}
+	if n == 0 {
+		return nil // a clean session has not acknowledged yet
+	}
+	now := time.Now()
+	if err := c.store.sync(); err != nil {
+		// Not durable: do not mark. The records are redelivered after a
+		// restart (at least once), never skipped.
+		c.log.Error("session store sync failed: offsets not committed", "err", err)
+		return err
+	}
+	c.store.touchAlive(now)
+	marks := make(map[string]map[int32]kgo.EpochOffset)
+	for _, r := range c.rounds[:n] { // later rounds hold later offsets
+		for topic, ps := range r.marks {
+			if marks[topic] == nil {
+				marks[topic] = make(map[int32]kgo.EpochOffset)
+			}
+			for p, o := range ps {
+				marks[topic][p] = o
+			}
+		}
+	}
+	c.rounds = slices.Delete(c.rounds, 0, n)
 	c.client.MarkCommitOffsets(marks)
 	return nil
+}
+
+// unsafe reports whether rounds are waiting for acknowledgements.
+func (c *committer) unsafe() bool {
+	c.flushMu.Lock()
+	defer c.flushMu.Unlock()
+	return len(c.rounds) > 0
 }
 
 // run flushes every reverseMarkInterval until ctx ends.

@@ -314,3 +314,43 @@ func TestReverseBurstNoRule(t *testing.T) {
 		t.Errorf("subscriber drops = %v, want 0", d)
 	}
 }
+
+// TestReverseCommitWaitsForCleanSessionAck (issue 16): with a session store,
+// a QoS 1 delivery to a clean session is not stored (the session ends with
+// the connection), so its record's offset is committed only once the
+// subscriber has acknowledged it.
+func TestReverseCommitWaitsForCleanSessionAck(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	const n = 10
+	k, m := revTopic(t, "ackgate")
+	kafkatest.CreateTopic(t, brokers, k, 1, nil)
+	cfg := reverseConfig(brokers, k)
+	cfg.Storage.Dir = t.TempDir()
+	b := startBridge(t, cfg)
+	var mu sync.Mutex
+	var held []paho.Message
+	sub := connectPaho(t, b.MQTTAddr(), "ackgate-"+randHex(4), func(o *paho.ClientOptions) {
+		o.SetOrderMatters(true).SetAutoAckDisabled(true)
+	})
+	if tok := sub.Subscribe(m, 1, func(_ paho.Client, msg paho.Message) {
+		mu.Lock()
+		held = append(held, msg) // not acknowledged yet
+		mu.Unlock()
+	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	produceAll(t, kgoProducer(t, brokers), seqRecords(k, n, 1))
+	waitFor(t, 30*time.Second, "all messages received", func() bool { mu.Lock(); defer mu.Unlock(); return len(held) == n })
+	// Several flush rounds run while nothing is acknowledged: none may mark.
+	f := b.reverse.commits.flushes.Load()
+	waitFor(t, 10*time.Second, "three flush rounds", func() bool { return b.reverse.commits.flushes.Load() >= f+3 })
+	if o, ok := b.reverse.client.MarkedOffsets()[k][0]; ok && o.Offset > 0 {
+		t.Fatalf("offset %d marked for commit while the clean-session subscriber has acknowledged nothing", o.Offset)
+	}
+	mu.Lock()
+	for _, msg := range held {
+		msg.Ack()
+	}
+	mu.Unlock()
+	waitCommitted(t, brokers, reverseGroupID(cfg), map[string]int64{k: n})
+}

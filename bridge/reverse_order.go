@@ -38,11 +38,17 @@ type inflightOrder struct {
 
 	mu   sync.Mutex
 	next uint64
-	seqs map[string]map[uint16]uint64 // client id -> packet id -> sequence
+	seqs map[string]*clientSeqs
 
 	gate      sync.Mutex           // held by the reverse path around one delivery
 	resuming  map[string]time.Time // under gate: clients between establish and established
 	nresuming atomic.Int32
+}
+
+// clientSeqs are one client's in-flight sequences.
+type clientSeqs struct {
+	stored bool              // a persistent session (kept by the store, when there is one)
+	m      map[uint16]uint64 // packet id -> sequence
 }
 
 // resumeGateMax bounds how long the reverse path holds a resuming client's
@@ -50,7 +56,7 @@ type inflightOrder struct {
 const resumeGateMax = 2 * time.Second
 
 func newInflightOrder(server *mqtt.Server) *inflightOrder {
-	return &inflightOrder{server: server, seqs: make(map[string]map[uint16]uint64), resuming: make(map[string]time.Time)}
+	return &inflightOrder{server: server, seqs: make(map[string]*clientSeqs), resuming: make(map[string]time.Time)}
 }
 
 func (o *inflightOrder) ID() string { return "ferry-inflight-order" }
@@ -67,16 +73,23 @@ func (o *inflightOrder) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	m := o.seqs[cl.ID]
-	if m == nil {
-		m = make(map[uint16]uint64)
-		o.seqs[cl.ID] = m
-	}
-	if _, ok := m[pk.PacketID]; ok && (pk.FixedHeader.Type != packets.Publish || pk.FixedHeader.Dup) {
+	c := o.client(cl.ID)
+	c.stored = persistent(cl)
+	if _, ok := c.m[pk.PacketID]; ok && (pk.FixedHeader.Type != packets.Publish || pk.FixedHeader.Dup) {
 		return
 	}
 	o.next++
-	m[pk.PacketID] = o.next
+	c.m[pk.PacketID] = o.next
+}
+
+// client returns id's sequences, created if needed; under mu.
+func (o *inflightOrder) client(id string) *clientSeqs {
+	c := o.seqs[id]
+	if c == nil {
+		c = &clientSeqs{m: make(map[uint16]uint64)}
+		o.seqs[id] = c
+	}
+	return c
 }
 
 func (o *inflightOrder) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
@@ -85,9 +98,9 @@ func (o *inflightOrder) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if m := o.seqs[cl.ID]; m != nil {
-		delete(m, pk.PacketID)
-		if len(m) == 0 {
+	if c := o.seqs[cl.ID]; c != nil {
+		delete(c.m, pk.PacketID)
+		if len(c.m) == 0 {
 			delete(o.seqs, cl.ID)
 		}
 	}
@@ -113,19 +126,44 @@ func (o *inflightOrder) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
 func (o *inflightOrder) seqOf(id string, pid uint16) uint64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.seqs[id][pid]
+	if c := o.seqs[id]; c != nil {
+		return c.m[pid]
+	}
+	return 0
+}
+
+// last is the sequence of the latest delivery put in flight.
+func (o *inflightOrder) last() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.next
+}
+
+// oldestVolatile is the lowest sequence still in flight to a client whose
+// session is not stored (clean session), or the maximum when there is none:
+// every delivery numbered below it is acknowledged or stored.
+func (o *inflightOrder) oldestVolatile() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	oldest := ^uint64(0)
+	for _, c := range o.seqs {
+		if c.stored {
+			continue
+		}
+		for _, s := range c.m {
+			oldest = min(oldest, s)
+		}
+	}
+	return oldest
 }
 
 // restore records a stored sequence (at start, from the store).
 func (o *inflightOrder) restore(id string, pid uint16, seq uint64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	m := o.seqs[id]
-	if m == nil {
-		m = make(map[uint16]uint64)
-		o.seqs[id] = m
-	}
-	m[pid] = seq
+	c := o.client(id)
+	c.stored = true
+	c.m[pid] = seq
 	o.next = max(o.next, seq)
 }
 
@@ -173,7 +211,10 @@ func (o *inflightOrder) renumber(cl *mqtt.Client, now int64) {
 		return
 	}
 	o.mu.Lock()
-	m := o.seqs[cl.ID]
+	var m map[uint16]uint64
+	if c := o.seqs[cl.ID]; c != nil {
+		m = c.m
+	}
 	seq := func(p packets.Packet) uint64 {
 		if s, ok := m[p.PacketID]; ok {
 			return s
