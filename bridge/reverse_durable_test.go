@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,24 +66,28 @@ func waitCommitted(t *testing.T, brokers, group string, want map[string]int64) {
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	var last string
-	waitFor(t, 30*time.Second, "committed offsets "+fmt.Sprint(want), func() bool {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
 		offs, err := adm.FetchOffsets(ctx, group)
+		cancel()
+		done := err == nil
 		if err != nil {
 			last = err.Error()
-			return false
 		}
 		for topic, n := range want {
-			o, ok := offs.Lookup(topic, 0)
-			if !ok || o.At != n {
-				last = fmt.Sprintf("%s: %+v", topic, o.At)
-				return false
+			if o, ok := offs.Lookup(topic, 0); !ok || o.At != n {
+				done, last = false, fmt.Sprintf("%s at %d", topic, o.At)
 			}
 		}
-		return true
-	})
-	_ = last
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("group %s: committed offsets not %v within 30s: %s", group, want, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // dupCollector keeps payloads in arrival order with their DUP flags.
@@ -173,13 +178,15 @@ func TestReverseSessionSurvivesRestart(t *testing.T) {
 			}
 
 			ret := &collector{}
-			rc := subscribePaho(t, addr, "ret-"+randHex(4), retTopic+"/#", true, ret)
+			rc := subscribePaho(t, addr, "ret-"+randHex(4), retTopic+"/clear", true, ret)
 			// mochi writes a subscription's retained messages right after its
-			// SUBACK, before it reads the next packet: once a second SUBACK is
-			// back, every retained message is in.
-			if tok := rc.Subscribe("ferrytest/none"+randHex(4), 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			// SUBACK, before it reads the next packet, and paho hands
+			// publishes over in order: once "kept" (second subscription) is
+			// in, a retained message of the first would be in before it.
+			if tok := rc.Subscribe(retTopic+"/keep", 1, ret.handler); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 				t.Fatalf("second subscribe: %v", tok.Error())
 			}
+			waitFor(t, 10*time.Second, "the retained message", func() bool { return slices.Contains(ret.snapshot(), "kept") })
 			if r := ret.snapshot(); len(r) != 1 || r[0] != "kept" {
 				t.Fatalf("retained after %s: %q, want only \"kept\"", how, r)
 			}
