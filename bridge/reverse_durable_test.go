@@ -22,8 +22,8 @@ import (
 )
 
 // startReverseChild starts this test binary as a bridge process consuming
-// topics, with storage.dir dir ("" for none), on mqttAddr. It is stopped
-// (SIGTERM) at the end of the test if still running.
+// topics, with storage.dir dir ("" for none), on mqttAddr. It is killed at
+// the end of the test if still running.
 func startReverseChild(t *testing.T, brokers, instance, mqttAddr, dir string, topics ...string) *childBridge {
 	t.Helper()
 	var quoted []string
@@ -41,7 +41,9 @@ func startReverseChild(t *testing.T, brokers, instance, mqttAddr, dir string, to
 	c.start()
 	t.Cleanup(func() {
 		if c.cmd.ProcessState == nil {
-			c.stop()
+			// kill: a graceful stop would wait for the group (a killed
+			// predecessor holds it until its session times out)
+			c.kill9()
 		}
 	})
 	return c
