@@ -50,7 +50,18 @@ type store struct {
 
 	mu sync.RWMutex // guards db against Stop
 	db *pebble.DB
+
+	// In-flight messages are buffered (storeModeGroup): most are
+	// acknowledged before the next sync and never touch Pebble; the rest go
+	// in one batch. writeMu orders a batch against forget's range delete.
+	writeMu sync.Mutex
+	bufMu   sync.Mutex
+	buf     map[string]map[uint16]*storedInflight // client -> packet id -> message, nil: delete
+	bufLen  int
 }
+
+// storeBufferMax bounds the buffered in-flight writes between syncs.
+const storeBufferMax = 16384
 
 type storeMode int
 
@@ -77,7 +88,8 @@ type storedInflight struct {
 }
 
 func openStore(dir string, mode storeMode, log *slog.Logger, order *inflightOrder) (*store, error) {
-	s := &store{log: log.With("component", "storage"), order: order, mode: mode, wo: pebble.NoSync}
+	s := &store{log: log.With("component", "storage"), order: order, mode: mode, wo: pebble.NoSync,
+		buf: make(map[string]map[uint16]*storedInflight)}
 	if mode == storeModeSync {
 		s.wo = pebble.Sync
 	}
@@ -103,6 +115,7 @@ func (s *store) Provides(b byte) bool {
 // Stop closes the database (mochi calls it from Server.Close). Writes after
 // it are ignored.
 func (s *store) Stop() error {
+	s.writeBuffer()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.db == nil {
@@ -123,6 +136,9 @@ func (s *store) sync() error {
 	}
 	if s.mode == storeModeNoSync {
 		return nil
+	}
+	if err := s.writeBufferLocked(); err != nil {
+		return fmt.Errorf("storage sync: %w", err)
 	}
 	if err := s.db.LogData(nil, pebble.Sync); err != nil {
 		return fmt.Errorf("storage sync: %w", err)
@@ -246,6 +262,12 @@ func (s *store) OnClientExpired(cl *mqtt.Client) { s.forget(cl.ID) }
 
 // forget deletes a client's session: record, subscriptions, in-flight.
 func (s *store) forget(id string) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	s.bufMu.Lock()
+	s.bufLen -= len(s.buf[id])
+	delete(s.buf, id)
+	s.bufMu.Unlock()
 	s.del(clientKey(id))
 	s.delPrefix(clientPrefix(keySub, id))
 	s.delPrefix(clientPrefix(keyInflight, id))
@@ -320,18 +342,94 @@ func (s *store) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, _ int)
 	if !persistent(cl) {
 		return
 	}
-	s.set(inflightKey(cl.ID, pk.PacketID), &storedInflight{Seq: s.order.seqOf(cl.ID, pk.PacketID), Msg: *toStored(cl.ID, pk)})
+	s.buffer(cl.ID, pk.PacketID, &storedInflight{Seq: s.order.seqOf(cl.ID, pk.PacketID), Msg: *toStored(cl.ID, pk)})
 }
 
 // OnQosComplete deletes an acknowledged (or dropped) in-flight message. A
 // taken-over session's messages moved to its new connection: kept.
 func (s *store) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
 	if persistent(cl) && !cl.IsTakenOver() {
-		s.del(inflightKey(cl.ID, pk.PacketID))
+		s.buffer(cl.ID, pk.PacketID, nil)
 	}
 }
 
 func (s *store) OnQosDropped(cl *mqtt.Client, pk packets.Packet) { s.OnQosComplete(cl, pk) }
+
+// buffer records an in-flight write (m nil: delete). Outside storeModeGroup
+// it is written at once.
+func (s *store) buffer(id string, pid uint16, m *storedInflight) {
+	if s.mode != storeModeGroup {
+		if m == nil {
+			s.del(inflightKey(id, pid))
+		} else {
+			s.set(inflightKey(id, pid), m)
+		}
+		return
+	}
+	s.bufMu.Lock()
+	c := s.buf[id]
+	if c == nil {
+		c = make(map[uint16]*storedInflight)
+		s.buf[id] = c
+	}
+	if _, ok := c[pid]; !ok {
+		s.bufLen++
+	}
+	c[pid] = m
+	full := s.bufLen >= storeBufferMax
+	s.bufMu.Unlock()
+	if full {
+		s.writeBuffer()
+	}
+}
+
+// writeBuffer writes the buffered in-flight changes in one Pebble batch
+// (not synced).
+func (s *store) writeBuffer() {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.db == nil {
+		return
+	}
+	if err := s.writeBufferLocked(); err != nil {
+		s.log.Error("storage write", "err", err)
+	}
+}
+
+// writeBufferLocked: s.mu held (read), db open.
+func (s *store) writeBufferLocked() error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	s.bufMu.Lock()
+	buf := s.buf
+	if s.bufLen == 0 {
+		s.bufMu.Unlock()
+		return nil
+	}
+	s.buf, s.bufLen = make(map[string]map[uint16]*storedInflight, len(buf)), 0
+	s.bufMu.Unlock()
+	b := s.db.NewBatch()
+	defer b.Close()
+	for id, c := range buf {
+		for pid, m := range c {
+			key := inflightKey(id, pid)
+			if m == nil {
+				if err := b.Delete(key, nil); err != nil {
+					return err
+				}
+				continue
+			}
+			v, err := json.Marshal(m)
+			if err != nil {
+				return err
+			}
+			if err := b.Set(key, v, nil); err != nil {
+				return err
+			}
+		}
+	}
+	return b.Commit(pebble.NoSync)
+}
 
 func toStored(client string, pk packets.Packet) *storage.Message {
 	props := pk.Properties.Copy(false)
