@@ -22,6 +22,9 @@ const reverseCommitInterval = time.Second
 // assigned to its dead member (Kafka's default is 45s).
 const reverseSessionTimeout = 10 * time.Second
 
+// reverseFetchMaxWait bounds how long an empty fetch waits at the broker.
+const reverseFetchMaxWait = time.Second
+
 // reverseGroupID is the consumer group: reverse.group_id, else
 // "ferry-" + instance.id, stable across restarts of one instance.
 func reverseGroupID(cfg Config) string {
@@ -88,6 +91,11 @@ func reverseKgoOpts(cfg Config, brokers []string, log *slog.Logger, m *metrics, 
 		kgo.ConsumeResetOffset(start),
 		kgo.MetadataMaxAge(refresh),
 		kgo.MetadataMinAge(min(refresh, time.Second)),
+		// A partition assigned while a fetch is parked at the broker is
+		// fetched only when that fetch returns: keep the park short, so
+		// that a new topic's first records arrive within about refresh +
+		// reverseFetchMaxWait (kgo's default is 5s).
+		kgo.FetchMaxWait(reverseFetchMaxWait),
 		// Commit only what the committer marked safe, in the background.
 		kgo.AutoCommitMarks(),
 		kgo.AutoCommitInterval(reverseCommitInterval),
