@@ -58,6 +58,9 @@ type store struct {
 	bufMu   sync.Mutex
 	buf     map[string]map[uint16]*storedInflight // client -> packet id -> message, nil: delete
 	bufLen  int
+
+	knownMu sync.Mutex
+	known   map[string]struct{} // client ids with a stored session (so clean sessions cost nothing)
 }
 
 // storeBufferMax bounds the buffered in-flight writes between syncs.
@@ -89,7 +92,7 @@ type storedInflight struct {
 
 func openStore(dir string, mode storeMode, log *slog.Logger, order *inflightOrder) (*store, error) {
 	s := &store{log: log.With("component", "storage"), order: order, mode: mode, wo: pebble.NoSync,
-		buf: make(map[string]map[uint16]*storedInflight)}
+		buf: make(map[string]map[uint16]*storedInflight), known: make(map[string]struct{})}
 	if mode == storeModeSync {
 		s.wo = pebble.Sync
 	}
@@ -112,16 +115,20 @@ func (s *store) Provides(b byte) bool {
 	}, []byte{b})
 }
 
-// Stop closes the database (mochi calls it from Server.Close). Writes after
-// it are ignored.
+// Stop writes what is buffered, syncs and closes the database (mochi calls
+// it from Server.Close, the bridge once more after it). Writes after it are
+// ignored.
 func (s *store) Stop() error {
-	s.writeBuffer()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.db == nil {
 		return nil
 	}
-	err := s.db.Close()
+	err := s.writeBufferLocked()
+	if err == nil && s.mode != storeModeNoSync {
+		err = s.db.LogData(nil, pebble.Sync)
+	}
+	err = errors.Join(err, s.db.Close())
 	s.db = nil
 	return err
 }
@@ -170,17 +177,6 @@ func (s *store) del(key []byte) {
 	}
 	if err := s.db.Delete(key, s.wo); err != nil {
 		s.log.Error("storage delete", "key", string(key), "err", err)
-	}
-}
-
-func (s *store) delPrefix(prefix []byte) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.db == nil {
-		return
-	}
-	if err := s.db.DeleteRange(prefix, prefixEnd(prefix), s.wo); err != nil {
-		s.log.Error("storage delete range", "prefix", string(prefix), "err", err)
 	}
 }
 
@@ -260,20 +256,43 @@ func (s *store) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
 
 func (s *store) OnClientExpired(cl *mqtt.Client) { s.forget(cl.ID) }
 
-// forget deletes a client's session: record, subscriptions, in-flight.
+// forget deletes a client's stored session, if any: record,
+// subscriptions, in-flight.
 func (s *store) forget(id string) {
+	s.knownMu.Lock()
+	_, ok := s.known[id]
+	delete(s.known, id)
+	s.knownMu.Unlock()
+	if !ok {
+		return
+	}
+	// Lock order everywhere: mu (read), then writeMu.
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.db == nil {
+		return
+	}
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	s.bufMu.Lock()
 	s.bufLen -= len(s.buf[id])
 	delete(s.buf, id)
 	s.bufMu.Unlock()
-	s.del(clientKey(id))
-	s.delPrefix(clientPrefix(keySub, id))
-	s.delPrefix(clientPrefix(keyInflight, id))
+	for _, err := range []error{
+		s.db.Delete(clientKey(id), s.wo),
+		s.db.DeleteRange(clientPrefix(keySub, id), prefixEnd(clientPrefix(keySub, id)), s.wo),
+		s.db.DeleteRange(clientPrefix(keyInflight, id), prefixEnd(clientPrefix(keyInflight, id)), s.wo),
+	} {
+		if err != nil {
+			s.log.Error("storage delete session", "client", id, "err", err)
+		}
+	}
 }
 
 func (s *store) putClient(cl *mqtt.Client) {
+	s.knownMu.Lock()
+	s.known[cl.ID] = struct{}{}
+	s.knownMu.Unlock()
 	props := cl.Properties.Props.Copy(false)
 	s.set(clientKey(cl.ID), &storage.Client{
 		ID: cl.ID, T: storage.ClientKey, Remote: cl.Net.Remote, Listener: cl.Net.Listener,
@@ -315,8 +334,8 @@ func (s *store) OnSubscribed(cl *mqtt.Client, pk packets.Packet, codes []byte) {
 }
 
 func (s *store) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
-	if cl.IsTakenOver() {
-		return
+	if cl.IsTakenOver() || !persistent(cl) {
+		return // a session switching to clean is forgotten whole
 	}
 	for _, f := range pk.Filters {
 		s.del(append(clientPrefix(keySub, cl.ID), f.Filter...))
@@ -396,7 +415,7 @@ func (s *store) writeBuffer() {
 	}
 }
 
-// writeBufferLocked: s.mu held (read), db open.
+// writeBufferLocked: s.mu held (read or write), db open.
 func (s *store) writeBufferLocked() error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
@@ -453,6 +472,9 @@ func (s *store) StoredClients() ([]storage.Client, error) {
 			s.log.Warn("storage: unreadable client skipped", "key", string(k), "err", err)
 			return
 		}
+		s.knownMu.Lock()
+		s.known[c.ID] = struct{}{}
+		s.knownMu.Unlock()
 		out = append(out, c)
 	})
 	return out, err
