@@ -386,3 +386,63 @@ func TestReverseCommitWaitsForCleanSessionAck(t *testing.T) {
 	mu.Unlock()
 	waitCommitted(t, brokers, reverseGroupID(cfg), map[string]int64{k: n})
 }
+
+// TestReverseReservedHeadersFirstOnly (issue 14, finding 7): only the first
+// of each reserved header counts. A record carrying mqtt.retain false then
+// true, ferry.origin of another instance then this one's, and mqtt.qos 0
+// then 1 is delivered (not skipped as this instance's own), at QoS 0, and not
+// retained.
+func TestReverseReservedHeadersFirstOnly(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	k, _ := revTopic(t, "hdr")
+	kafkatest.CreateTopic(t, brokers, k, 1, nil)
+	cfg := reverseConfig(brokers, k)
+	cfg.Topics.Reverse = nil // QoS and retain from the headers and the default
+	b := startBridge(t, cfg)
+	base := "ferrytest/hdr" + randHex(4)
+	type got struct {
+		payload string
+		qos     byte
+	}
+	var mu sync.Mutex
+	var live []got
+	sub := connectPaho(t, b.MQTTAddr(), "hdr-"+randHex(4), func(o *paho.ClientOptions) { o.SetOrderMatters(true) })
+	if tok := sub.Subscribe(base+"/a", 1, func(_ paho.Client, m paho.Message) {
+		mu.Lock()
+		live = append(live, got{string(m.Payload()), m.Qos()})
+		mu.Unlock()
+	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	h := func(k, v string) kgo.RecordHeader { return kgo.RecordHeader{Key: k, Value: []byte(v)} }
+	produceAll(t, kgoProducer(t, brokers), []*kgo.Record{
+		{Topic: k, Value: []byte("a"), Headers: []kgo.RecordHeader{h(topicmap.HeaderMQTTTopic, base+"/a"),
+			h(topicmap.HeaderRetain, "false"), h(topicmap.HeaderRetain, "true"),
+			h(topicmap.HeaderOrigin, "another-instance"), h(topicmap.HeaderOrigin, b.InstanceID()),
+			h(topicmap.HeaderQoS, "0"), h(topicmap.HeaderQoS, "1")}},
+		{Topic: k, Value: []byte("marker"), Headers: []kgo.RecordHeader{h(topicmap.HeaderMQTTTopic, base+"/marker"),
+			h(topicmap.HeaderRetain, "true")}},
+	})
+	waitFor(t, 30*time.Second, "both records handled", func() bool {
+		return metricValue(t, b, "ferry_reverse_published_total", nil)+
+			metricValue(t, b, "ferry_reverse_skipped_total", map[string]string{"reason": "own_origin"}) >= 2
+	})
+	waitFor(t, 10*time.Second, "the live delivery", func() bool { mu.Lock(); defer mu.Unlock(); return len(live) >= 1 })
+	mu.Lock()
+	if live[0] != (got{"a", 0}) {
+		t.Errorf("live subscriber got %+v, want payload a at QoS 0 (the first mqtt.qos)", live[0])
+	}
+	mu.Unlock()
+	// A late subscriber: a retained "a" would arrive before the retained
+	// marker of its second subscription (mochi writes retained messages
+	// right after each SUBACK; paho hands publishes over in order).
+	late := &collector{}
+	lc := subscribePaho(t, b.MQTTAddr(), "hdr-late-"+randHex(4), base+"/a", true, late)
+	if tok := lc.Subscribe(base+"/marker", 1, late.handler); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe marker: %v", tok.Error())
+	}
+	waitFor(t, 10*time.Second, "the retained marker", func() bool { return slices.Contains(late.snapshot(), "marker") })
+	if r := late.snapshot(); !slices.Equal(r, []string{"marker"}) {
+		t.Errorf("late subscriber got retained %q, want only the marker (the first mqtt.retain was false)", r)
+	}
+}

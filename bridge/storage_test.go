@@ -2,6 +2,8 @@ package bridge
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -123,5 +125,54 @@ func TestInflightOrderRenumber(t *testing.T) {
 				t.Fatalf("now=%d: renumbered Created %d out of [now-2n-1, now)", now, pk.Created)
 			}
 		}
+	}
+}
+
+// TestStoreSyncWritesTheBuffer: in-flight messages are buffered between
+// syncs, and sync() puts them in the database files. The files are copied as
+// a crash would leave them (the store still open) and opened as a copy.
+func TestStoreSyncWritesTheBuffer(t *testing.T) {
+	dir := t.TempDir()
+	srv := mqtt.New(&mqtt.Options{})
+	order := newInflightOrder(srv)
+	st, err := openStore(dir, storeModeGroup, testLogger(t), order)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Stop()
+	cl := storeClient(srv, "dev1", false)
+	st.OnSessionEstablished(cl, packets.Packet{})
+	for i := range 10 {
+		pk := qos1(uint16(i+1), "cmd/x", fmt.Sprint(i))
+		order.OnQosPublish(cl, pk, 0, 0)
+		st.OnQosPublish(cl, pk, 0, 0)
+	}
+	inflightInCopy := func() int {
+		cp := t.TempDir()
+		if err := os.CopyFS(cp, os.DirFS(dir)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(filepath.Join(cp, "LOCK")); err != nil {
+			t.Fatal(err)
+		}
+		c, err := openStore(cp, storeModeGroup, testLogger(t), newInflightOrder(srv))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Stop()
+		msgs, err := c.StoredInflightMessages()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(msgs)
+	}
+	if n := inflightInCopy(); n != 0 {
+		t.Fatalf("%d in-flight messages on disk before the sync, want 0 (buffered)", n)
+	}
+	if err := st.sync(); err != nil {
+		t.Fatal(err)
+	}
+	if n := inflightInCopy(); n != 10 {
+		t.Fatalf("%d in-flight messages on disk after the sync, want 10", n)
 	}
 }
