@@ -14,8 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
-// reverseCommitInterval is how often marked (published) offsets are
-// committed in the background. A crash redelivers at most this much.
+// reverseCommitInterval is how often offsets the committer marked safe are
+// committed in the background. A crash redelivers what was not committed.
 const reverseCommitInterval = time.Second
 
 // reverseSessionTimeout bounds how long a crashed instance's partitions stay
