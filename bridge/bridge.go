@@ -43,6 +43,8 @@ type Bridge struct {
 	topics   *topicManager
 	producer *producer
 	reverse  *reverse
+	order    *inflightOrder
+	store    *store // nil: no storage.dir
 	embedded *embeddedKafka
 	http     *httpServer
 	instance *instanceCheck
@@ -209,6 +211,9 @@ func (b *Bridge) start(ctx context.Context) error {
 	if err := b.server.AddHook(b.hook, nil); err != nil {
 		return fmt.Errorf("mqtt hook: %w", err)
 	}
+	if err := b.addSessionHooks(); err != nil {
+		return err
+	}
 	if err := b.addListeners(); err != nil {
 		return err
 	}
@@ -235,7 +240,7 @@ func (b *Bridge) start(ctx context.Context) error {
 	}()
 
 	if len(b.cfg.Reverse.Topics) > 0 {
-		b.reverse, err = newReverse(b.cfg, b.log, b.server, b.tm, b.metrics, brokers)
+		b.reverse, err = newReverse(b.cfg, b.log, b.server, b.tm, b.metrics, brokers, b.order, b.store)
 		if err != nil {
 			return fmt.Errorf("reverse path: %w", err)
 		}
@@ -422,6 +427,11 @@ func (b *Bridge) shutdown() error {
 			}
 			if err := b.server.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("mqtt close: %w", err))
+			}
+		}
+		if b.store != nil { // after the broker: its last session writes
+			if err := b.store.Stop(); err != nil {
+				errs = append(errs, fmt.Errorf("session store close: %w", err))
 			}
 		}
 		if b.reverse != nil {

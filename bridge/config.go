@@ -23,6 +23,7 @@ type Config struct {
 	Ring     RingConfig      `mapstructure:"ring" yaml:"ring"`
 	Topics   topicmap.Config `mapstructure:"topics" yaml:"topics"`
 	Reverse  ReverseConfig   `mapstructure:"reverse" yaml:"reverse"`
+	Storage  StorageConfig   `mapstructure:"storage" yaml:"storage"`
 	HTTP     HTTPConfig      `mapstructure:"http" yaml:"http"`
 	Log      LogConfig       `mapstructure:"log" yaml:"log"`
 	// ShutdownTimeout bounds the graceful shutdown (drain ring, flush Kafka,
@@ -165,12 +166,27 @@ type ReverseConfig struct {
 	// instance serves its own subscribers); set a shared name to split records
 	// between instances instead.
 	GroupID string `mapstructure:"group_id" yaml:"group_id"`
-	// StartOffset for a new group: latest or earliest. Default: latest.
+	// StartOffset for partitions without a committed offset: latest (the
+	// first record newer than the bridge's start, or, with storage.dir, than
+	// the last time it consumed: a new group skips old history, a partition
+	// that appears later is read from its first record) or earliest.
+	// Default: latest.
 	StartOffset string `mapstructure:"start_offset" yaml:"start_offset"`
-	// Refresh is how often /regex/ topics are re-listed. Default: 30s.
+	// Refresh is how often Kafka metadata is re-read: new topics matching a
+	// /regex/ and named topics that did not exist yet are found within it
+	// (plus a group rebalance). Default: 3s.
 	Refresh time.Duration `mapstructure:"refresh" yaml:"refresh"`
 	// SkipOwn skips records this instance produced (loop prevention). Default: true.
 	SkipOwn bool `mapstructure:"skip_own" yaml:"skip_own"`
+}
+
+// StorageConfig configures the durable session store.
+type StorageConfig struct {
+	// Dir is the data directory of the embedded session store (Pebble): MQTT
+	// sessions, subscriptions, queued QoS 1/2 messages and retained messages
+	// survive restarts and kill -9. Use one directory per instance, on a
+	// persistent volume. Default: "" (sessions in memory: a restart loses them).
+	Dir string `mapstructure:"dir" yaml:"dir"`
 }
 
 // HTTPConfig configures /metrics, /healthz and /readyz.
@@ -215,7 +231,7 @@ func DefaultConfig() Config {
 		},
 		Ring:    RingConfig{Capacity: 1 << 16, QoS0Policy: "drop-newest"},
 		Topics:  topicmap.DefaultConfig(),
-		Reverse: ReverseConfig{StartOffset: "latest", Refresh: 30 * time.Second, SkipOwn: true},
+		Reverse: ReverseConfig{StartOffset: "latest", Refresh: 3 * time.Second, SkipOwn: true},
 		HTTP:    HTTPConfig{Listen: "127.0.0.1:8080"},
 		Log:     LogConfig{Level: "info", Format: "text"},
 
@@ -349,6 +365,11 @@ func (c Config) Validate() error {
 	}
 	if len(c.Reverse.Topics) > 0 && c.Reverse.Refresh <= 0 {
 		bad("reverse.refresh", c.Reverse.Refresh, "must be positive")
+	}
+	if c.Storage.Dir != "" {
+		if fi, err := os.Stat(c.Storage.Dir); err == nil && !fi.IsDir() {
+			bad("storage.dir", c.Storage.Dir, "not a directory")
+		}
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

@@ -46,7 +46,7 @@ func TestLoopOverlappingRules(t *testing.T) {
 			kafkatest.CreateTopic(t, brokers, k, 1, nil)
 			cfg := testConfig(brokers)
 			cfg.Topics.Forward = []topicmap.ForwardRule{{Filter: filter, Topic: k}}
-			cfg.Topics.Reverse = []topicmap.ReverseRule{{Kafka: k, MQTT: "ferryloop" + hex + "/back", QoS: 1}}
+			cfg.Topics.Reverse = []topicmap.ReverseRule{{Kafka: k, MQTT: "ferryloop" + hex + "/back", QoS: topicmap.QoS(1)}}
 			cfg.Reverse.Topics = []string{k}
 			cfg.Reverse.StartOffset = "earliest"
 			cfg.Reverse.SkipOwn = skipOwn

@@ -1,12 +1,12 @@
 package bridge
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -17,22 +17,22 @@ import (
 )
 
 // reverse is the Kafka -> MQTT path: a franz-go consumer in a group (default
-// "ferry-" + instance.id) that publishes every record to
-// the embedded broker through mochi's inline client.
+// "ferry-" + instance.id) that publishes every record to the embedded broker
+// through mochi's inline client.
 //
 // Mapping: topicmap.Reverse (header mqtt.topic, then reverse rules, then the
-// default DecodeTopic). QoS is the higher of the rule's and the mqtt.qos
-// header; retain is set when the rule or the mqtt.retain header says so.
-// Kafka headers become MQTT v5 user properties (reserved mqtt.* / ferry.*
-// headers excluded).
+// default DecodeTopic). Delivery QoS is the rule's (default 1, so that each
+// subscriber's own subscription QoS decides), lowered by an mqtt.qos header;
+// retain is set when the rule or the mqtt.retain header says so. Only the
+// first occurrence of each reserved header (mqtt.*, ferry.*) is read
+// (topicmap.ParseStandard): a record carrying two cannot be misread. Other
+// Kafka headers become MQTT v5 user properties.
 //
-// Delivery promise: a record's offset is marked only after the broker has
-// taken the publish (InjectPacket returned: the message is in every
-// subscriber's queue or in-flight store, and in the retained store); marked
-// offsets are committed in the background every reverseCommitInterval and at
-// shutdown, after waiting (bounded) for subscribers to acknowledge what is in
-// flight. A restart resumes from the commit: at least once, duplicates at most
-// one commit interval after a crash, none after a graceful stop.
+// Delivery promise (see committer): a record's offset is committed only once
+// every QoS 1/2 delivery it produced is acknowledged by the subscriber or
+// fsynced in the session store (storage.dir). A crash redelivers, never
+// skips. Without a store, offsets are committed once the broker has taken
+// the publish, after a bounded wait for acknowledgements at shutdown.
 //
 // Loops: records whose ferry.origin header is this instance's id are skipped
 // (reverse.skip_own, default on), and the forward hook never bridges the
@@ -42,7 +42,10 @@ import (
 // Records that cannot be delivered (no valid MQTT topic, excluded topic,
 // larger than mqtt.max_packet_size) are skipped, counted in
 // ferry_reverse_skipped_total{reason} and logged rate-limited; they are
-// marked like the others, so one bad record never stalls a partition.
+// committed like the others, so one bad record never stalls a partition.
+// Deliveries mochi refuses because a subscriber has mochi's maximum of
+// messages in flight (a long-offline session) are counted in
+// ferry_mqtt_subscriber_drops_total and logged rate-limited.
 type reverse struct {
 	cfg     Config
 	log     *slog.Logger
@@ -51,9 +54,12 @@ type reverse struct {
 	metrics *metrics
 	logs    *rateLimiter
 	pace    *pacer
+	order   *inflightOrder
+	store   *store // nil: no session store
+	commits *committer
 	client  *kgo.Client
 	inline  *mqtt.Client
-	origin  []byte
+	origin  string
 	maxSize int
 	hold    <-chan struct{}
 
@@ -64,43 +70,44 @@ type reverse struct {
 // reverseSlowWait bounds how long one delivery waits for one slow subscriber.
 const reverseSlowWait = time.Second
 
-// reverseDrainTimeout bounds the wait at shutdown for subscribers to
-// acknowledge in-flight messages before the final commit.
+// reverseDrainTimeout bounds the wait at shutdown, without a session store,
+// for subscribers to acknowledge in-flight messages before the final commit.
 const reverseDrainTimeout = 2 * time.Second
 
-func newReverse(cfg Config, log *slog.Logger, server *mqtt.Server, tm *topicmap.Map, m *metrics, brokers []string) (*reverse, error) {
+func newReverse(cfg Config, log *slog.Logger, server *mqtt.Server, tm *topicmap.Map, m *metrics, brokers []string,
+	order *inflightOrder, st *store) (*reverse, error) {
 	inline, ok := server.Clients.Get(mqtt.InlineClientId)
 	if !ok {
 		return nil, errors.New("mqtt inline client is not enabled")
 	}
 	log = log.With("component", "reverse")
-	opts, err := reverseKgoOpts(cfg, brokers, log, m)
+	r := &reverse{
+		cfg: cfg, log: log, server: server, tm: tm, metrics: m,
+		logs:    newRateLimiter(log, 10*time.Second),
+		order:   order,
+		store:   st,
+		inline:  inline,
+		origin:  cfg.Instance.ID,
+		maxSize: cfg.MQTT.MaxPacketSize,
+		hold:    cfg.reverseHold,
+	}
+	opts, err := reverseKgoOpts(cfg, brokers, log, m, reverseStartTime(st, time.Now()), func() { _ = r.commits.flush() })
 	if err != nil {
 		return nil, err
 	}
 	limit := min(cfg.MQTT.ClientWritesPending, int(server.Options.Capabilities.MaximumInflight)) / 2
-	pace := newPacer(server, log, limit, reverseSlowWait)
-	if err := server.AddHook(pace, nil); err != nil {
+	r.pace = newPacer(server, log, limit, reverseSlowWait)
+	if err := server.AddHook(r.pace, nil); err != nil {
 		return nil, fmt.Errorf("reverse pacer hook: %w", err)
 	}
-	client, err := kgo.NewClient(opts...)
-	if err != nil {
+	if r.client, err = kgo.NewClient(opts...); err != nil {
 		return nil, fmt.Errorf("reverse consumer: %w", err)
 	}
-	return &reverse{
-		cfg: cfg, log: log, server: server, tm: tm, metrics: m,
-		logs:    newRateLimiter(log, 10*time.Second),
-		pace:    pace,
-		client:  client,
-		inline:  inline,
-		origin:  []byte(cfg.Instance.ID),
-		maxSize: cfg.MQTT.MaxPacketSize,
-		hold:    cfg.reverseHold,
-	}, nil
+	r.commits = newCommitter(r.client, st, order, log)
+	return r, nil
 }
 
-// run consumes until ctx ends, then waits (bounded) for subscribers to
-// acknowledge what is in flight and commits the published offsets.
+// run consumes until ctx ends, then commits what is safe.
 func (r *reverse) run(ctx context.Context) error {
 	if r.hold != nil {
 		select {
@@ -110,7 +117,13 @@ func (r *reverse) run(ctx context.Context) error {
 		}
 	}
 	r.log.Info("reverse path consuming", "topics", r.cfg.Reverse.Topics, "group", reverseGroupID(r.cfg),
-		"start_offset", r.cfg.Reverse.StartOffset)
+		"start_offset", r.cfg.Reverse.StartOffset, "session_store", r.store != nil)
+	cctx, stopCommitter := context.WithCancel(context.Background())
+	committerDone := make(chan struct{})
+	go func() {
+		defer close(committerDone)
+		r.commits.run(cctx)
+	}()
 	for ctx.Err() == nil {
 		fs := r.client.PollFetches(ctx)
 		if fs.IsClientClosed() {
@@ -124,11 +137,13 @@ func (r *reverse) run(ctx context.Context) error {
 		})
 		fs.EachPartition(r.partition(ctx))
 	}
+	stopCommitter()
+	<-committerDone
 	return r.commit()
 }
 
-// partition publishes one partition's fetched records in order, then marks
-// the last one for commit and updates the lag gauge.
+// partition publishes one partition's fetched records in order, then hands
+// the last one to the committer and updates the lag gauge.
 func (r *reverse) partition(ctx context.Context) func(kgo.FetchTopicPartition) {
 	return func(p kgo.FetchTopicPartition) {
 		var last *kgo.Record
@@ -144,36 +159,24 @@ func (r *reverse) partition(ctx context.Context) func(kgo.FetchTopicPartition) {
 		if last == nil {
 			return
 		}
-		r.client.MarkCommitRecords(last)
+		r.commits.handled(last)
 		lag := max(p.HighWatermark-last.Offset-1, 0)
 		r.metrics.reverseLag.WithLabelValues(p.Topic, strconv.Itoa(int(p.Partition))).Set(float64(lag))
 	}
 }
 
 // handle publishes or skips one record; false means it was neither (shutdown)
-// and must not be marked.
+// and must not be committed.
 func (r *reverse) handle(ctx context.Context, rec *kgo.Record) bool {
 	r.metrics.reverseConsumed.Inc()
 	r.hdrs = r.hdrs[:0]
-	var qos byte
-	var retain bool
 	for _, h := range rec.Headers {
-		switch h.Key {
-		case topicmap.HeaderOrigin:
-			if r.cfg.Reverse.SkipOwn && bytes.Equal(h.Value, r.origin) {
-				r.metrics.reverseSkipped.WithLabelValues("own_origin").Inc()
-				return true
-			}
-		case topicmap.HeaderQoS:
-			if q, err := strconv.ParseUint(string(h.Value), 10, 8); err == nil && q <= 2 {
-				qos = max(qos, byte(q))
-			}
-		case topicmap.HeaderRetain:
-			if b, err := strconv.ParseBool(string(h.Value)); err == nil {
-				retain = retain || b
-			}
-		}
 		r.hdrs = append(r.hdrs, topicmap.Header{Key: h.Key, Value: h.Value})
+	}
+	std, _ := topicmap.ParseStandard(r.hdrs) // the first of each reserved header only
+	if r.cfg.Reverse.SkipOwn && std.Origin == r.origin {
+		r.metrics.reverseSkipped.WithLabelValues("own_origin").Inc()
+		return true
 	}
 	d, err := r.tm.Reverse(rec.Topic, r.hdrs)
 	if errors.Is(err, topicmap.ErrExcluded) {
@@ -186,9 +189,13 @@ func (r *reverse) handle(ctx context.Context, rec *kgo.Record) bool {
 			"partition", rec.Partition, "offset", rec.Offset, "err", err)
 		return true
 	}
+	qos := d.QoS
+	if std.HasQoS {
+		qos = min(qos, std.QoS)
+	}
 	r.props, _ = topicmap.HeadersToUserProps(r.props[:0], r.hdrs)
 	pk := packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: max(d.QoS, qos), Retain: d.Retain || retain},
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos, Retain: d.Retain || std.HasRetain && std.Retain},
 		TopicName:   d.Topic,
 		Payload:     rec.Value,
 	}
@@ -209,11 +216,25 @@ func (r *reverse) handle(ctx context.Context, rec *kgo.Record) bool {
 		if !r.pace.wait(ctx, pk.TopicName) {
 			return false
 		}
+		r.order.enter(ctx, pk.TopicName)
+		defer r.order.leave()
+		if ctx.Err() != nil {
+			return false
+		}
 	}
+	refused := atomic.LoadInt64(&r.server.Info.InflightDropped)
 	if err := r.server.InjectPacket(r.inline, pk); err != nil {
 		r.metrics.reverseSkipped.WithLabelValues("publish_failed").Inc()
 		r.logs.Warn("publish:"+d.Topic, "kafka record not published to MQTT", "topic", d.Topic, "err", err)
 		return true
+	}
+	if n := atomic.LoadInt64(&r.server.Info.InflightDropped) - refused; n > 0 {
+		// mochi refuses a QoS 1/2 delivery without a hook when the subscriber
+		// already has MaximumInflight messages in flight (a long-offline
+		// session): count and say so.
+		r.metrics.subscriberDrops.Add(float64(n))
+		r.logs.Warn("inflight_full:"+d.Topic, "MQTT subscriber has too many undelivered messages: delivery dropped and counted",
+			"topic", d.Topic, "max_inflight", r.server.Options.Capabilities.MaximumInflight, "metric", "ferry_mqtt_subscriber_drops_total")
 	}
 	r.metrics.reversePublished.Inc()
 	return true
@@ -229,11 +250,29 @@ func publishSize(pk *packets.Packet) int {
 	return n + 5 // fixed header: type byte + up to 4 length bytes
 }
 
-// commit waits for in-flight deliveries to be acknowledged, then commits the
-// marked offsets.
+// commit makes the final commit at shutdown. Without a session store it
+// waits (bounded) for subscribers to acknowledge what is in flight and
+// commits what the broker has taken. With a store it waits (bounded) for
+// clean sessions to acknowledge, then commits only what is safe: what is
+// still unacknowledged is redelivered after the restart.
 func (r *reverse) commit() error {
-	if !r.pace.drain(reverseDrainTimeout) {
-		r.log.Warn("shutdown: subscribers still have unacknowledged messages; committing anyway", "waited", reverseDrainTimeout)
+	if r.store == nil && !r.pace.drain(reverseDrainTimeout) {
+		r.log.Warn("shutdown: subscribers still have unacknowledged messages; committing anyway (no storage.dir)", "waited", reverseDrainTimeout)
+	}
+	deadline := time.Now().Add(reverseDrainTimeout)
+	for {
+		if err := r.commits.flush(); err != nil {
+			return fmt.Errorf("reverse: final commit: %w", err)
+		}
+		if !r.commits.unsafe() {
+			break
+		}
+		if time.Now().After(deadline) {
+			r.log.Warn("shutdown: clean-session subscribers still have unacknowledged messages; their records are not committed and will be redelivered",
+				"waited", reverseDrainTimeout)
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(r.cfg.ShutdownTimeout/2, 5*time.Second))
 	defer cancel()

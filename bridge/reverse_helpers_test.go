@@ -45,7 +45,7 @@ func reverseConfig(brokers string, topics ...string) Config {
 	cfg.Reverse.StartOffset = "earliest"
 	cfg.Reverse.Refresh = 2 * time.Second
 	for _, k := range topics {
-		cfg.Topics.Reverse = append(cfg.Topics.Reverse, topicmap.ReverseRule{Kafka: k, QoS: 1})
+		cfg.Topics.Reverse = append(cfg.Topics.Reverse, topicmap.ReverseRule{Kafka: k, QoS: topicmap.QoS(1)})
 	}
 	return cfg
 }

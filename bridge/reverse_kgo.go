@@ -14,13 +14,16 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
-// reverseCommitInterval is how often marked (published) offsets are
-// committed in the background. A crash redelivers at most this much.
+// reverseCommitInterval is how often offsets the committer marked safe are
+// committed in the background. A crash redelivers what was not committed.
 const reverseCommitInterval = time.Second
 
 // reverseSessionTimeout bounds how long a crashed instance's partitions stay
 // assigned to its dead member (Kafka's default is 45s).
 const reverseSessionTimeout = 10 * time.Second
+
+// reverseFetchMaxWait bounds how long an empty fetch waits at the broker.
+const reverseFetchMaxWait = time.Second
 
 // reverseGroupID is the consumer group: reverse.group_id, else
 // "ferry-" + instance.id, stable across restarts of one instance.
@@ -63,14 +66,18 @@ func isRegexTopic(t string) bool {
 // reverseKgoOpts builds the franz-go consumer options from the bridge
 // config: group, topics, start offset, metadata refresh, commit marking,
 // static membership, TLS and SASL.
-func reverseKgoOpts(cfg Config, brokers []string, log *slog.Logger, m *metrics) ([]kgo.Opt, error) {
-	start := kgo.NewOffset().AtEnd()
+//
+// Partitions without a commit start at the first record newer than startAt
+// (reverse.start_offset latest) or at their start (earliest). commitSafe is
+// called when partitions are revoked: it marks what is safe to commit.
+func reverseKgoOpts(cfg Config, brokers []string, log *slog.Logger, m *metrics, startAt time.Time, commitSafe func()) ([]kgo.Opt, error) {
+	start := kgo.NewOffset().AfterMilli(startAt.UnixMilli())
 	if cfg.Reverse.StartOffset == "earliest" {
 		start = kgo.NewOffset().AtStart()
 	}
 	refresh := cfg.Reverse.Refresh
 	if refresh <= 0 {
-		refresh = 30 * time.Second
+		refresh = DefaultConfig().Reverse.Refresh
 	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(brokers...),
@@ -83,14 +90,21 @@ func reverseKgoOpts(cfg Config, brokers []string, log *slog.Logger, m *metrics) 
 		kgo.SessionTimeout(reverseSessionTimeout),
 		kgo.ConsumeResetOffset(start),
 		kgo.MetadataMaxAge(refresh),
-		kgo.MetadataMinAge(min(refresh, 5*time.Second)),
-		// Commit only what was handed to the broker, in the background.
+		kgo.MetadataMinAge(min(refresh, time.Second)),
+		// A partition assigned while a fetch is parked at the broker is
+		// fetched only when that fetch returns: keep the park short, so
+		// that a new topic's first records arrive within about refresh +
+		// reverseFetchMaxWait (kgo's default is 5s).
+		kgo.FetchMaxWait(reverseFetchMaxWait),
+		// Commit only what the committer marked safe, in the background.
 		kgo.AutoCommitMarks(),
 		kgo.AutoCommitInterval(reverseCommitInterval),
 		kgo.WithLogger(kgoLogger{log: log.With("component", "reverse-kafka")}),
-		// A revoke (rebalance of a shared group) commits what was published,
-		// as kgo's default revoke would, and drops the partitions' lag series.
+		// A revoke (rebalance of a shared group, or a new regex topic) commits
+		// what is safe, as kgo's default revoke would, and drops the
+		// partitions' lag series.
 		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
+			commitSafe()
 			if err := cl.CommitMarkedOffsets(ctx); err != nil {
 				log.Warn("commit on revoke", "err", err)
 			}

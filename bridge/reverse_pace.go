@@ -25,7 +25,9 @@ import (
 // has caught up, so one stuck client costs the others at most maxWait per
 // episode (its overflow is then dropped by mochi and counted as
 // ferry_mqtt_subscriber_drops_total). QoS 0 deliveries are best effort and
-// not paced. Disconnected persistent sessions are never waited for.
+// not paced. Disconnected persistent sessions are never waited for: their
+// messages queue in the session (and the store) up to mochi's in-flight cap;
+// the reverse path counts what mochi refuses beyond it (reverse.handle).
 type pacer struct {
 	mqtt.HookBase
 	server  *mqtt.Server

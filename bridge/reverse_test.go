@@ -3,13 +3,11 @@ package bridge
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -155,10 +153,11 @@ func TestReverseRestartAtLeastOnce(t *testing.T) {
 		n, before, col.len(), distinct(), col.len()-distinct(), metricValue(t, b2, "ferry_reverse_published_total", nil))
 }
 
-// TestReversePersistentSessionRedelivery documents mochi's behaviour for a
-// QoS 1 persistent session (clean=false) that is offline while records
-// arrive: the messages wait in the session's in-flight store and are resent
-// (DUP set) when the client reconnects, without subscribing again.
+// TestReversePersistentSessionRedelivery: a QoS 1 persistent session
+// (clean=false) is offline while records arrive: the messages wait in the
+// session and are resent (DUP set) when the client reconnects, without
+// subscribing again, in the order they were delivered (issue 16: mochi alone
+// sorts them by creation second, at random within a second).
 func TestReversePersistentSessionRedelivery(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	const n = 200
@@ -166,8 +165,13 @@ func TestReversePersistentSessionRedelivery(t *testing.T) {
 	kafkatest.CreateTopic(t, brokers, k, 1, nil)
 	b := startBridge(t, reverseConfig(brokers, k))
 	subID := "persist-sub-" + randHex(4)
-	col := &collector{}
-	sub := subscribePaho(t, b.MQTTAddr(), subID, m, false, col)
+	col := &dupCollector{}
+	sub := connectPaho(t, b.MQTTAddr(), subID, func(o *paho.ClientOptions) {
+		o.SetOrderMatters(true).SetCleanSession(false).SetDefaultPublishHandler(col.handler)
+	})
+	if tok := sub.Subscribe(m, 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
 	sub.Disconnect(100)
 	waitFor(t, 10*time.Second, "session offline", func() bool {
 		cl, ok := b.server.Clients.Get(subID)
@@ -177,18 +181,22 @@ func TestReversePersistentSessionRedelivery(t *testing.T) {
 	waitFor(t, 30*time.Second, "records published", func() bool {
 		return metricValue(t, b, "ferry_reverse_published_total", nil) >= n
 	})
-	if got := col.len(); got != 0 {
-		t.Fatalf("offline subscriber received %d messages", got)
+	if got, _ := col.snapshot(); len(got) != 0 {
+		t.Fatalf("offline subscriber received %d messages", len(got))
 	}
-	subscribePaho(t, b.MQTTAddr(), subID, "", false, col) // no SUBSCRIBE: the session has it
-	waitFor(t, 30*time.Second, "redelivery after reconnect", func() bool { return col.len() >= n })
-	// mochi resends a session's in-flight messages sorted by uint16(creation
-	// second), not by packet id: complete, but not necessarily in order.
-	got := col.snapshot()
-	inOrder := slices.IsSortedFunc(got, func(a, b string) int { return seqOf(a) - seqOf(b) })
-	slices.SortFunc(got, func(a, b string) int { return seqOf(a) - seqOf(b) })
-	checkSeqOrder(t, "reconnected subscriber", got, n)
-	t.Logf("offline session: %d of %d messages redelivered after reconnect (in order: %v)", len(got), n, inOrder)
+	connectPaho(t, b.MQTTAddr(), subID, func(o *paho.ClientOptions) {
+		o.SetOrderMatters(true).SetCleanSession(false).SetDefaultPublishHandler(col.handler)
+	}) // no SUBSCRIBE: the session has it
+	waitFor(t, 30*time.Second, "redelivery after reconnect", func() bool { got, _ := col.snapshot(); return len(got) >= n })
+	got, dups := col.snapshot()
+	for i := range n {
+		if want := fmt.Sprintf("0.%d", i); got[i] != want {
+			t.Fatalf("message %d as received is %q, want %q: %q", i, got[i], want, got)
+		}
+		if !dups[i] {
+			t.Errorf("redelivered message %d has DUP clear", i)
+		}
+	}
 }
 
 func seqOf(p string) int {
@@ -298,96 +306,4 @@ func TestReverseSkipsBadRecords(t *testing.T) {
 		t.Fatalf("subscriber got %q, want only the good record", got)
 	}
 	_ = m
-}
-
-// TestReverseLatency measures Kafka produce -> MQTT QoS 1 subscriber receipt
-// at 1,000 records/s, and, on the same records, produce -> receipt by a plain
-// franz-go consumer (the Kafka floor on this machine), so that the bridge's
-// own share is visible. The figures are logged; the bound is a sanity check.
-func TestReverseLatency(t *testing.T) {
-	brokers := kafkatest.Brokers(t)
-	n := scaled(5000, 1000)
-	k, m := revTopic(t, "lat")
-	kafkatest.CreateTopic(t, brokers, k, 1, nil)
-	b := startBridge(t, reverseConfig(brokers, k))
-
-	stamp := func(p []byte) (time.Time, bool) {
-		if len(p) != 8 {
-			return time.Time{}, false
-		}
-		return time.Unix(0, int64(binary.BigEndian.Uint64(p))), true
-	}
-	var mu sync.Mutex
-	var mqttLat, kafkaLat []time.Duration
-	col := &collector{}
-	sub := connectPaho(t, b.MQTTAddr(), "lat-"+randHex(4), func(o *paho.ClientOptions) { o.SetOrderMatters(true) })
-	tok := sub.Subscribe(m, 1, func(_ paho.Client, msg paho.Message) {
-		now := time.Now()
-		if sent, ok := stamp(msg.Payload()); ok {
-			mu.Lock()
-			mqttLat = append(mqttLat, now.Sub(sent))
-			mu.Unlock()
-		}
-		col.add("")
-	})
-	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscribe: %v", tok.Error())
-	}
-	raw, err := kgo.NewClient(kgo.SeedBrokers(kafkatest.Addrs(brokers)...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{k: {0: kgo.NewOffset().AtStart()}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	rawDone := make(chan struct{})
-	go func() {
-		defer close(rawDone)
-		for got := 0; got < n+1 && ctx.Err() == nil; {
-			fs := raw.PollFetches(ctx)
-			now := time.Now()
-			fs.EachRecord(func(r *kgo.Record) {
-				got++
-				if sent, ok := stamp(r.Value); ok {
-					mu.Lock()
-					kafkaLat = append(kafkaLat, now.Sub(sent))
-					mu.Unlock()
-				}
-			})
-		}
-	}()
-	prod := kgoProducer(t, brokers)
-	// Warm up: the group has joined and the first fetch has returned.
-	produceAll(t, prod, []*kgo.Record{{Topic: k, Value: []byte("warm-up")}})
-	waitFor(t, 30*time.Second, "warm-up record", func() bool { return col.len() >= 1 })
-
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for i := 0; i < n; i++ {
-		<-tick.C
-		v := make([]byte, 8)
-		binary.BigEndian.PutUint64(v, uint64(time.Now().UnixNano()))
-		prod.Produce(ctx, &kgo.Record{Topic: k, Value: v}, nil)
-	}
-	waitFor(t, 60*time.Second, "all records", func() bool { return col.len() >= n+1 })
-	<-rawDone
-	mu.Lock()
-	defer mu.Unlock()
-	report := func(what string, lat []time.Duration) time.Duration {
-		if len(lat) == 0 {
-			t.Fatalf("%s: no samples", what)
-		}
-		slices.Sort(lat)
-		q := func(f float64) time.Duration {
-			return lat[min(int(f*float64(len(lat))), len(lat)-1)].Round(time.Microsecond)
-		}
-		t.Logf("%-36s %d records at 1000/s (race=%v): p50 %s p90 %s p99 %s p99.9 %s max %s",
-			what, len(lat), raceEnabled, q(0.5), q(0.9), q(0.99), q(0.999), lat[len(lat)-1].Round(time.Microsecond))
-		return q(0.99)
-	}
-	report("Kafka produce -> franz-go consumer:", kafkaLat)
-	if p99 := report("Kafka produce -> bridge -> MQTT QoS1:", mqttLat); p99 > 5*time.Second {
-		t.Errorf("p99 %s: the reverse path is not keeping up", p99)
-	}
 }

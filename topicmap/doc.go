@@ -70,7 +70,7 @@
 // filters starting with a wildcard do not match topics starting with '$'.
 //
 // Reverse, for a Kafka topic: an exact reverse rule (hash map), else the first matching
-// regex rule in order, else the default (DecodeTopic, QoS 0, no retain). The resulting MQTT
+// regex rule in order, else the default (DecodeTopic, DefaultReverseQoS, no retain). The resulting MQTT
 // topic is then checked against the exclude filters.
 //
 // # Cost

@@ -15,7 +15,7 @@ func Example() {
 		// Everything under factory/ by the default rule (the same as no rule).
 		{Filter: "factory/#"},
 	}
-	cfg.Reverse = []topicmap.ReverseRule{{Kafka: "commands", MQTT: "devices/commands", QoS: 1}}
+	cfg.Reverse = []topicmap.ReverseRule{{Kafka: "commands", MQTT: "devices/commands", QoS: topicmap.QoS(1)}}
 	m, err := topicmap.New(cfg)
 	if err != nil {
 		panic(err)

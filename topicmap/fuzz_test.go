@@ -61,7 +61,7 @@ func FuzzRules(f *testing.F) {
 		m, err := New(Config{
 			Exclude: []string{"$SYS/#"},
 			Forward: []ForwardRule{{Filter: filter, Topic: topicT, Key: keyT, Headers: map[string]string{"h": hdrT}}},
-			Reverse: []ReverseRule{{Kafka: kafka, MQTT: mqttT, QoS: 1}},
+			Reverse: []ReverseRule{{Kafka: kafka, MQTT: mqttT, QoS: QoS(1)}},
 		})
 		if err != nil {
 			var re *RuleError

@@ -106,6 +106,10 @@ type Standard struct {
 	PacketID uint16 // HeaderPacketID; omitted when 0
 	Origin   string // HeaderOrigin; omitted when empty
 	Seq      uint64 // HeaderSeq; omitted when 0
+
+	// HasQoS and HasRetain report that ParseStandard found a well-formed HeaderQoS /
+	// HeaderRetain (the first of its name); AppendHeaders ignores them.
+	HasQoS, HasRetain bool
 }
 
 // AppendHeaders appends s as standard headers to dst.
@@ -170,14 +174,14 @@ func ParseStandard(headers []Header) (s Standard, ok bool) {
 				ok = false
 				continue
 			}
-			s.QoS = byte(q)
+			s.QoS, s.HasQoS = byte(q), true
 		case 4:
 			r, err := strconv.ParseBool(v)
 			if err != nil {
 				ok = false
 				continue
 			}
-			s.Retain = r
+			s.Retain, s.HasRetain = r, true
 		case 8:
 			s.ClientID = v
 		case 16:

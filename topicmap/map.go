@@ -32,8 +32,9 @@ type ReverseRule struct {
 	// MQTT is the MQTT topic template ({topic}: the Kafka name, {default}: DecodeTopic of it,
 	// {N}: regex capture group N). Default "": DecodeTopic.
 	MQTT string `mapstructure:"mqtt" yaml:"mqtt"`
-	// QoS for delivery to MQTT subscribers, 0..2. Default 0.
-	QoS byte `mapstructure:"qos" yaml:"qos"`
+	// QoS for delivery to MQTT subscribers, 0..2 (each subscriber gets the lower of this
+	// and its subscription's QoS). Default: nil, DefaultReverseQoS.
+	QoS *byte `mapstructure:"qos" yaml:"qos"`
 	// Retain flag for delivery. Default false.
 	Retain bool `mapstructure:"retain" yaml:"retain"`
 }
@@ -45,9 +46,16 @@ type Config struct {
 	// Exclude lists MQTT filters never bridged in either direction. Default ["$SYS/#"]; a
 	// configured list replaces the default, so keep "$SYS/#" in it.
 	Exclude []string `mapstructure:"exclude" yaml:"exclude"`
-	// Reverse rules, Kafka -> MQTT. Default none: DecodeTopic, QoS 0, no retain.
+	// Reverse rules, Kafka -> MQTT. Default none: DecodeTopic, DefaultReverseQoS, no retain.
 	Reverse []ReverseRule `mapstructure:"reverse" yaml:"reverse"`
 }
+
+// DefaultReverseQoS is the delivery QoS of reverse-bridged records when no rule sets one:
+// 1, so that each subscriber's own subscription QoS decides (MQTT delivers at the lower).
+const DefaultReverseQoS byte = 1
+
+// QoS returns a pointer to q, for ReverseRule.QoS.
+func QoS(q byte) *byte { return &q }
 
 // DefaultConfig returns the default configuration: no rules, "$SYS/#" excluded.
 func DefaultConfig() Config {
@@ -264,9 +272,12 @@ func (m *Map) addReverse(i int, r ReverseRule) error {
 	rerr := func(field, text, reason string) error {
 		return &RuleError{Kind: "reverse", Index: i, Field: field, Text: text, Reason: reason}
 	}
-	rr := revRule{qos: r.QoS, retain: r.Retain}
-	if r.QoS > 2 {
-		return rerr("qos", fmt.Sprint(r.QoS), "QoS must be 0, 1 or 2")
+	rr := revRule{qos: DefaultReverseQoS, retain: r.Retain}
+	if r.QoS != nil {
+		if *r.QoS > 2 {
+			return rerr("qos", fmt.Sprint(*r.QoS), "QoS must be 0, 1 or 2")
+		}
+		rr.qos = *r.QoS
 	}
 	isRegex := len(r.Kafka) >= 2 && r.Kafka[0] == '/' && r.Kafka[len(r.Kafka)-1] == '/'
 	if isRegex {
@@ -457,7 +468,7 @@ func (m *Map) Reverse(kafkaTopic string, headers []Header) (Delivery, error) {
 			}
 		}
 	}
-	var d Delivery
+	d := Delivery{QoS: DefaultReverseQoS}
 	if rule != nil {
 		d.QoS, d.Retain = rule.qos, rule.retain
 	}

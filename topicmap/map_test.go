@@ -258,7 +258,7 @@ func TestRuleErrors(t *testing.T) {
 		{"bad regex", Config{Reverse: []ReverseRule{{Kafka: "/a(/"}}}, "reverse", 0, "kafka", "missing"},
 		{"bad kafka name", Config{Reverse: []ReverseRule{{Kafka: "a b"}}}, "reverse", 0, "kafka", "regex"},
 		{"dup reverse", Config{Reverse: []ReverseRule{{Kafka: "a"}, {Kafka: "a"}}}, "reverse", 1, "kafka", "rule 0"},
-		{"qos", Config{Reverse: []ReverseRule{{Kafka: "a", QoS: 3}}}, "reverse", 0, "qos", "QoS"},
+		{"qos", Config{Reverse: []ReverseRule{{Kafka: "a", QoS: QoS(3)}}}, "reverse", 0, "qos", "QoS"},
 		{"group on exact", Config{Reverse: []ReverseRule{{Kafka: "a", MQTT: "x/{1}"}}}, "reverse", 0, "mqtt", "0 capture groups"},
 		{"wildcard template", Config{Reverse: []ReverseRule{{Kafka: "a", MQTT: "x/#"}}}, "reverse", 0, "mqtt", "wildcards"},
 	}
@@ -280,10 +280,10 @@ func TestReverse(t *testing.T) {
 	m := mustNew(t, Config{
 		Exclude: []string{"$SYS/#"},
 		Reverse: []ReverseRule{
-			{Kafka: "orders.v1", MQTT: "shop/orders", QoS: 1, Retain: true},
-			{Kafka: `/telemetry\.([a-z]+)\.(.*)/`, MQTT: "tele/{1}/{2}", QoS: 2},
+			{Kafka: "orders.v1", MQTT: "shop/orders", QoS: QoS(1), Retain: true},
+			{Kafka: `/telemetry\.([a-z]+)\.(.*)/`, MQTT: "tele/{1}/{2}", QoS: QoS(2)},
 			{Kafka: "/raw-.*/", MQTT: "raw/{topic}"},
-			{Kafka: "/.*/", MQTT: "{default}", QoS: 1},
+			{Kafka: "/.*/", MQTT: "{default}", QoS: QoS(1)},
 		},
 	})
 	tests := []struct {
@@ -293,7 +293,7 @@ func TestReverse(t *testing.T) {
 	}{
 		{"orders.v1", nil, Delivery{"shop/orders", 1, true}},
 		{"telemetry.fan.speed", nil, Delivery{"tele/fan/speed", 2, false}},
-		{"raw-x.y", nil, Delivery{"raw/raw-x.y", 0, false}},
+		{"raw-x.y", nil, Delivery{"raw/raw-x.y", DefaultReverseQoS, false}},
 		{"_tacos_sub_le", nil, Delivery{"/tacos/sub/le", 1, false}},
 		{"orders.v1", []Header{{HeaderMQTTTopic, []byte("from/header")}}, Delivery{"from/header", 1, true}},
 		{"orders.v1", []Header{{HeaderMQTTTopic, []byte("bad/+")}}, Delivery{"shop/orders", 1, true}},
@@ -312,7 +312,7 @@ func TestReverse(t *testing.T) {
 	}
 	d := mustNew(t, DefaultConfig())
 	got, err := d.Reverse("_tacos_sub_le", nil)
-	if err != nil || got != (Delivery{Topic: "/tacos/sub/le"}) {
+	if err != nil || got != (Delivery{Topic: "/tacos/sub/le", QoS: DefaultReverseQoS}) {
 		t.Errorf("default reverse: %+v, %v", got, err)
 	}
 	if _, err := d.Reverse("orders.v1", nil); !errors.Is(err, ErrUnmappable) {
@@ -355,11 +355,18 @@ func TestHeaders(t *testing.T) {
 		t.Fatalf("HeadersToUserProps = %+v, %d", back, dropped)
 	}
 	got, ok := ParseStandard(all)
+	std.HasQoS, std.HasRetain = true, true
 	if !ok || got != std {
 		t.Fatalf("ParseStandard = %+v, %v; want %+v", got, ok, std)
 	}
-	if _, ok := ParseStandard([]Header{{HeaderQoS, []byte("3")}}); ok {
+	if s, ok := ParseStandard([]Header{{HeaderQoS, []byte("3")}}); ok || s.HasQoS {
 		t.Fatal("qos 3 accepted")
+	}
+	// Only the first of each name counts, even when a later one differs.
+	dup := []Header{{HeaderOrigin, []byte("a")}, {HeaderRetain, []byte("false")}, {HeaderQoS, []byte("0")},
+		{HeaderOrigin, []byte("b")}, {HeaderRetain, []byte("true")}, {HeaderQoS, []byte("2")}}
+	if s, _ := ParseStandard(dup); s.Origin != "a" || s.Retain || !s.HasRetain || s.QoS != 0 || !s.HasQoS {
+		t.Fatalf("ParseStandard(duplicates) = %+v, want the first of each", s)
 	}
 }
 

@@ -1,0 +1,281 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// inflightOrder keeps redelivery in the original order per subscriber.
+//
+// mochi resends a resumed session's in-flight messages sorted by
+// uint16(Created), the creation second (Inflight.GetAll, an unstable sort
+// over a map): messages created in the same second come back in random
+// order. This hook gives every QoS 1/2 delivery a sequence number when mochi
+// puts it in flight (OnQosPublish with DUP clear), the store persists it, and
+// when a session resumes (OnSessionEstablish, before mochi copies and resends
+// the in-flight messages) it rewrites their Created fields to consecutive
+// seconds in sequence order, so that mochi's own sort yields that order; the
+// resend sets DUP. The n rewritten Created values lie in the 2n seconds
+// before the resume, so mochi's forced expiry of old in-flight messages
+// (MaximumMessageExpiryInterval, a day) moves by at most 2n seconds (n <=
+// 8192, mochi's in-flight cap).
+//
+// A session takeover also has a window in which a delivery could land on the
+// old connection after its messages were copied (and be dropped with it) or
+// on the new one before the resend (and overtake it). The reverse path closes
+// it for its own deliveries: it delivers inside enter/leave, and a resuming
+// client's topics wait until OnSessionEstablished (at most resumeGateMax).
+// Deliveries from MQTT publishers on this instance are not gated.
+type inflightOrder struct {
+	mqtt.HookBase
+	server *mqtt.Server
+
+	mu   sync.Mutex
+	next uint64
+	seqs map[string]*clientSeqs
+
+	gate      sync.Mutex           // held by the reverse path around one delivery
+	resuming  map[string]time.Time // under gate: clients between establish and established
+	nresuming atomic.Int32
+}
+
+// clientSeqs are one client's in-flight sequences.
+type clientSeqs struct {
+	stored bool              // a persistent session (kept by the store, when there is one)
+	m      map[uint16]uint64 // packet id -> sequence
+}
+
+// resumeGateMax bounds how long the reverse path holds a resuming client's
+// topics (a connection that fails before its CONNACK never reports back).
+const resumeGateMax = 2 * time.Second
+
+func newInflightOrder(server *mqtt.Server) *inflightOrder {
+	return &inflightOrder{server: server, seqs: make(map[string]*clientSeqs), resuming: make(map[string]time.Time)}
+}
+
+func (o *inflightOrder) ID() string { return "ferry-inflight-order" }
+
+func (o *inflightOrder) Provides(b byte) bool {
+	return bytes.Contains([]byte{mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped,
+		mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnDisconnect}, []byte{b})
+}
+
+// OnQosPublish numbers a new delivery; a resend (DUP) keeps its number.
+func (o *inflightOrder) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, _ int) {
+	if cl.Net.Inline {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	c := o.client(cl.ID)
+	c.stored = persistent(cl)
+	if _, ok := c.m[pk.PacketID]; ok && (pk.FixedHeader.Type != packets.Publish || pk.FixedHeader.Dup) {
+		return
+	}
+	o.next++
+	c.m[pk.PacketID] = o.next
+}
+
+// client returns id's sequences, created if needed; under mu.
+func (o *inflightOrder) client(id string) *clientSeqs {
+	c := o.seqs[id]
+	if c == nil {
+		c = &clientSeqs{m: make(map[uint16]uint64)}
+		o.seqs[id] = c
+	}
+	return c
+}
+
+func (o *inflightOrder) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
+	if cl.IsTakenOver() {
+		return // the messages moved to the new connection, same id
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if c := o.seqs[cl.ID]; c != nil {
+		delete(c.m, pk.PacketID)
+		if len(c.m) == 0 {
+			delete(o.seqs, cl.ID)
+		}
+	}
+}
+
+func (o *inflightOrder) OnQosDropped(cl *mqtt.Client, pk packets.Packet) { o.OnQosComplete(cl, pk) }
+
+func (o *inflightOrder) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
+	if cl.IsTakenOver() {
+		return
+	}
+	if expire {
+		o.mu.Lock()
+		delete(o.seqs, cl.ID)
+		o.mu.Unlock()
+	}
+	o.gate.Lock()
+	o.unresume(cl.ID)
+	o.gate.Unlock()
+}
+
+// seqOf is the delivery sequence of a client's in-flight packet (0: none).
+func (o *inflightOrder) seqOf(id string, pid uint16) uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if c := o.seqs[id]; c != nil {
+		return c.m[pid]
+	}
+	return 0
+}
+
+// last is the sequence of the latest delivery put in flight.
+func (o *inflightOrder) last() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.next
+}
+
+// oldestVolatile is the lowest sequence still in flight to a client whose
+// session is not stored (clean session), or the maximum when there is none:
+// every delivery numbered below it is acknowledged or stored.
+func (o *inflightOrder) oldestVolatile() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	oldest := ^uint64(0)
+	for _, c := range o.seqs {
+		if c.stored {
+			continue
+		}
+		for _, s := range c.m {
+			oldest = min(oldest, s)
+		}
+	}
+	return oldest
+}
+
+// restore records a stored sequence (at start, from the store).
+func (o *inflightOrder) restore(id string, pid uint16, seq uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	c := o.client(id)
+	c.stored = true
+	c.m[pid] = seq
+	o.next = max(o.next, seq)
+}
+
+// OnSessionEstablish runs before mochi inherits an existing session: it
+// gates the reverse path for this client and renumbers the old session's
+// in-flight messages so that mochi resends them in delivery order.
+func (o *inflightOrder) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
+	if pk.Connect.Clean {
+		return
+	}
+	existing, ok := o.server.Clients.Get(cl.ID)
+	if !ok {
+		return
+	}
+	o.gate.Lock()
+	defer o.gate.Unlock()
+	o.resuming[cl.ID] = time.Now()
+	o.nresuming.Store(int32(len(o.resuming)))
+	o.renumber(existing, time.Now().Unix())
+}
+
+func (o *inflightOrder) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
+	if o.nresuming.Load() == 0 {
+		return
+	}
+	o.gate.Lock()
+	o.unresume(cl.ID)
+	o.gate.Unlock()
+}
+
+// unresume ends a client's gate; under gate.
+func (o *inflightOrder) unresume(id string) {
+	if _, ok := o.resuming[id]; ok {
+		delete(o.resuming, id)
+		o.nresuming.Store(int32(len(o.resuming)))
+	}
+}
+
+// renumber sets Created of cl's in-flight packets to consecutive values in
+// sequence order, below now, without crossing a multiple of 65536 (mochi
+// compares uint16(Created)).
+func (o *inflightOrder) renumber(cl *mqtt.Client, now int64) {
+	pks := cl.State.Inflight.GetAll(false)
+	if len(pks) == 0 {
+		return
+	}
+	o.mu.Lock()
+	var m map[uint16]uint64
+	if c := o.seqs[cl.ID]; c != nil {
+		m = c.m
+	}
+	seq := func(p packets.Packet) uint64 {
+		if s, ok := m[p.PacketID]; ok {
+			return s
+		}
+		return ^uint64(0) // unknown: after the known ones
+	}
+	slices.SortStableFunc(pks, func(a, b packets.Packet) int { return cmpUint(seq(a), seq(b)) })
+	o.mu.Unlock()
+	n := int64(len(pks))
+	base := now - n - 1
+	if lo := base & 0xffff; lo+n > 0x10000 {
+		base -= lo + n - 0x10000
+	}
+	for i, p := range pks {
+		p.Created = base + int64(i)
+		cl.State.Inflight.Set(p)
+	}
+}
+
+// enter is called by the reverse path before it delivers to topic; it waits
+// while a subscriber of topic is resuming its session. leave must follow.
+func (o *inflightOrder) enter(ctx context.Context, topic string) {
+	o.gate.Lock()
+	for o.nresuming.Load() > 0 && o.resumingSubscriber(topic) && ctx.Err() == nil {
+		o.gate.Unlock()
+		t := time.NewTimer(time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		o.gate.Lock()
+	}
+}
+
+func (o *inflightOrder) leave() { o.gate.Unlock() }
+
+// resumingSubscriber: under gate; drops entries older than resumeGateMax.
+func (o *inflightOrder) resumingSubscriber(topic string) bool {
+	now := time.Now()
+	for id, since := range o.resuming {
+		if now.Sub(since) > resumeGateMax {
+			o.unresume(id)
+		}
+	}
+	if len(o.resuming) == 0 {
+		return false
+	}
+	subs := o.server.Topics.Subscribers(topic)
+	for id := range subs.Subscriptions {
+		if _, ok := o.resuming[id]; ok {
+			return true
+		}
+	}
+	for _, group := range subs.Shared {
+		for id := range group {
+			if _, ok := o.resuming[id]; ok {
+				return true
+			}
+		}
+	}
+	return false
+}
