@@ -58,7 +58,7 @@ func newMetrics(reg prometheus.Registerer, ringLen, ringCap func() float64) (*me
 		reverseLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ferry_reverse_consumer_lag",
 			Help: "Reverse consumer lag in records, per topic and partition."}, []string{"topic", "partition"}),
 		subscriberDrops: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_mqtt_subscriber_drops_total",
-			Help: "Messages dropped because a subscriber's outbound queue was full."}),
+			Help: "Messages dropped for a subscriber: its outbound queue (mqtt.client_writes_pending) or its in-flight store (8,192 QoS 1/2 messages, also for an offline session) was full."}),
 		reservedPropsDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_reserved_properties_dropped_total",
 			Help: "MQTT v5 user properties not copied to Kafka headers because their name is reserved (mqtt.*, ferry.*, or a header a forward rule sets)."}),
 	}

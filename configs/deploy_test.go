@@ -20,12 +20,6 @@ import (
 	"github.com/ferry-bridge/ferry/bridge"
 )
 
-// pendingKeys are config keys the manifests use that another branch adds
-// (storage.dir, from the reverse-path persistence work). THE LEAD REMOVES
-// THIS LIST AT MERGE: from then on storage.dir must be a real key of
-// bridge.Config like every other.
-var pendingKeys = []string{"storage.dir"}
-
 const k8sDir = "../deploy/kubernetes"
 
 type k8sMeta struct {
@@ -289,7 +283,7 @@ func TestKubernetesManifests(t *testing.T) {
 
 	// Environment: every FERRY_* variable is a config key (or pending).
 	keys := map[string]string{}
-	for _, k := range append(configKeys("", reflect.TypeFor[bridge.Config]()), pendingKeys...) {
+	for _, k := range configKeys("", reflect.TypeFor[bridge.Config]()) {
 		keys[envName(k)] = k
 	}
 	env := map[string]string{}
@@ -315,9 +309,7 @@ func TestKubernetesManifests(t *testing.T) {
 			val = v
 		}
 		env[key] = val
-		if !slices.Contains(pendingKeys, key) {
-			t.Setenv(e.Name, val)
-		}
+		t.Setenv(e.Name, val)
 	}
 	cfgFile := filepath.Join(t.TempDir(), "ferry.yaml")
 	if err := os.WriteFile(cfgFile, []byte(body), 0o600); err != nil {
@@ -342,6 +334,9 @@ func TestKubernetesManifests(t *testing.T) {
 		t.Error("the ConfigMap has no kafka.brokers: Ferry would start the embedded Kafka")
 	}
 	// storage.dir is the pod's persistent volume.
+	if cfg.Storage.Dir != env["storage.dir"] {
+		t.Errorf("storage.dir loads as %q, want FERRY_STORAGE_DIR %q", cfg.Storage.Dir, env["storage.dir"])
+	}
 	dir, ok := env["storage.dir"]
 	if !ok {
 		t.Error("storage.dir is not set (FERRY_STORAGE_DIR)")
