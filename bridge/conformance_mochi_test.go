@@ -7,10 +7,7 @@
 
 package bridge
 
-import (
-	"strings"
-	"testing"
-)
+import "testing"
 
 // TestConformanceMochiResendOrder: MQTT 5 4.6 Message ordering. "When the
 // Server re-sends any PUBLISH packets, it MUST re-send them in the order in
@@ -21,22 +18,15 @@ import (
 // set to 0, it indicates that this is the first occasion that the Client or
 // Server has attempted to send this PUBLISH packet").
 //
-// mochi resends a resumed session's inflight messages (which include those
-// queued while the client was away) from Inflight.GetAll (inflight.go
-// ~74-90): a map sorted by uint16(Created), Created being Unix seconds, so
-// messages of the same second come in random order (and the order breaks
-// when the truncated seconds wrap, every ~18 h); ResendInflightMessages
-// (clients.go ~304-311) sets DUP 1 on every one, also on messages never sent.
-func TestConformanceMochiResendOrder(t *testing.T) {
+// mochi's ResendInflightMessages (clients.go ~304-311) sets DUP 1 on every
+// message of a resumed session, also on those queued while the client was
+// away and never sent. (The order part of this behaviour, mochi sorting by
+// Created seconds, is fixed in Ferry's layer: TestConformanceResendOrder.)
+func TestConformanceMochiResendDup(t *testing.T) {
 	_, resumed := offlineQueue(t, testConfig(""))
-	var order []string
 	for _, p := range resumed {
-		order = append(order, string(p.Payload))
 		if string(p.Payload) != "unacked" && p.FixedHeader.Dup {
 			t.Errorf("%q was never sent before, but has DUP 1", p.Payload)
 		}
-	}
-	if strings.Join(order, ",") != "unacked,q1,q2" {
-		t.Errorf("resent in the order %v, want [unacked q1 q2]", order)
 	}
 }
