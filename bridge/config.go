@@ -102,7 +102,9 @@ type KafkaConfig struct {
 	// Brokers is the bootstrap list. Empty: an embedded in-memory Kafka is
 	// started (for trying Ferry out, never for production).
 	Brokers []string `mapstructure:"brokers" yaml:"brokers"`
-	// Acks: all, one or none. Default: all.
+	// Acks: all or one. "none" is refused: a PUBACK would mean nothing.
+	// "one" starts with a warning: the leader alone has the record when the
+	// PUBACK leaves. Default: all.
 	Acks string `mapstructure:"acks" yaml:"acks"`
 	// AckTimeout bounds how long a QoS 1/2 publish waits for Kafka before the
 	// client gets a negative acknowledgement. Default: 5s.
@@ -269,9 +271,11 @@ func (c Config) Validate() error {
 		}
 	}
 	switch c.Kafka.Acks {
-	case "all", "one", "none":
+	case "all", "one":
+	case "none":
+		bad("kafka.acks", c.Kafka.Acks, "refused: with no Kafka acknowledgement a PUBACK would promise nothing (use all, or one)")
 	default:
-		bad("kafka.acks", c.Kafka.Acks, "must be all, one or none")
+		bad("kafka.acks", c.Kafka.Acks, "must be all or one")
 	}
 	if c.Kafka.AckTimeout <= 0 {
 		bad("kafka.ack_timeout", c.Kafka.AckTimeout, "must be positive")
