@@ -48,7 +48,7 @@ type partQ struct {
 	inflight bool
 	listed   bool // in producer.ready
 
-	failures int       // consecutive failed attempts; > 0 = stalled
+	failures int // consecutive failed attempts; > 0 = stalled
 	backoff  time.Duration
 	retryAt  time.Time
 	routing  bool // the last failure was a leader/metadata error
