@@ -23,6 +23,8 @@ type metrics struct {
 	reverseSkipped   *prometheus.CounterVec
 	reverseLag       *prometheus.GaugeVec
 	subscriberDrops  prometheus.Counter
+	producerHeld     prometheus.Gauge
+	producerTopics   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, ringLen, ringCap func() float64) (*metrics, error) {
@@ -58,10 +60,15 @@ func newMetrics(reg prometheus.Registerer, ringLen, ringCap func() float64) (*me
 			Help: "Reverse consumer lag in records, per topic and partition."}, []string{"topic", "partition"}),
 		subscriberDrops: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_mqtt_subscriber_drops_total",
 			Help: "Messages dropped because a subscriber's outbound queue was full."}),
+		producerHeld: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_kafka_producer_records_held",
+			Help: "Records the producer holds now (queued per partition and in flight); bounded while Kafka is away."}),
+		producerTopics: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_kafka_producer_topics",
+			Help: "Kafka topics the producer keeps state for now (idle ones are dropped)."}),
 	}
 	cs := []prometheus.Collector{m.connections, m.publishesByQoS, m.recordsProduced, m.produceErrors,
 		m.drops, m.nacks, m.topicsCreated, m.batchSize, m.produceLatency, m.publishToAck,
 		m.reverseConsumed, m.reversePublished, m.reverseSkipped, m.reverseLag, m.subscriberDrops,
+		m.producerHeld, m.producerTopics,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_ring_depth", Help: "Messages in the ring now."}, ringLen),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_ring_capacity", Help: "Ring capacity."}, ringCap),
 	}

@@ -8,11 +8,11 @@ import (
 )
 
 // keyOrder keeps order per Kafka key when a record fails. When a QoS 1/2
-// record of key K fails or expires at time t, every record of K received
-// before t is still behind it in the pipeline (ring or partition queue):
-// sending one of them would let it overtake the failed record, which its
-// client resends. Those records fail too; records of other keys and records
-// of K received after t are not affected.
+// record of key K received at r fails or expires at time t, every record of
+// K received in (r, t] is still behind it in the pipeline (ring or partition
+// queue): sending one of them would let it overtake the failed record,
+// which its client resends. Those records fail too; records of other keys,
+// records of K received before r (ahead of it) or after t are not affected.
 //
 // A record refused because it is too large on its own does not block its
 // key: it can never be written, so nothing overtakes a resend of it.
@@ -24,13 +24,17 @@ type keyOrder struct {
 
 	n      atomic.Int64 // entries in failed; 0 = fast path
 	mu     sync.Mutex
-	failed map[orderKey]time.Time
+	failed map[orderKey]window
 }
+
+// window is (from, to]: records received in it fail. Failures of one key
+// merge into one window (it may cover a little more than needed, never less).
+type window struct{ from, to time.Time }
 
 type orderKey struct{ topic, key string }
 
 func newKeyOrder(keep time.Duration) *keyOrder {
-	return &keyOrder{keep: keep, failed: make(map[orderKey]time.Time)}
+	return &keyOrder{keep: keep, failed: make(map[orderKey]window)}
 }
 
 // fail records that a QoS 1/2 record of r's key failed now.
@@ -39,11 +43,19 @@ func (o *keyOrder) fail(r *record, now time.Time) {
 		return // QoS 0 is best effort: its loss does not hold back others
 	}
 	k := orderKey{r.topic, string(r.key)}
+	w := window{from: r.received, to: now}
 	o.mu.Lock()
-	if _, ok := o.failed[k]; !ok {
+	if old, ok := o.failed[k]; !ok {
 		o.n.Add(1)
+	} else {
+		if old.from.Before(w.from) {
+			w.from = old.from
+		}
+		if old.to.After(w.to) {
+			w.to = old.to
+		}
 	}
-	o.failed[k] = now
+	o.failed[k] = w
 	o.mu.Unlock()
 }
 
@@ -54,9 +66,9 @@ func (o *keyOrder) blocked(r *record) bool {
 		return false
 	}
 	o.mu.Lock()
-	t, ok := o.failed[orderKey{r.topic, string(r.key)}]
+	w, ok := o.failed[orderKey{r.topic, string(r.key)}]
 	o.mu.Unlock()
-	return ok && !r.received.After(t)
+	return ok && r.received.After(w.from) && !r.received.After(w.to)
 }
 
 // prune forgets failures older than keep: by then every QoS 1/2 record
@@ -66,8 +78,8 @@ func (o *keyOrder) prune(now time.Time) {
 		return
 	}
 	o.mu.Lock()
-	for k, t := range o.failed {
-		if now.Sub(t) > o.keep {
+	for k, w := range o.failed {
+		if now.Sub(w.to) > o.keep {
 			delete(o.failed, k)
 			o.n.Add(-1)
 		}
