@@ -188,6 +188,7 @@ func (p *producer) run(hard context.Context) {
 		p.askMeta(hard)
 		p.dispatch(hard)
 		p.metrics.producerHeld.Set(float64(p.held))
+		p.metrics.producerTopics.Set(float64(len(p.tqs)))
 		if in == nil && p.held == 0 && len(p.parked) == 0 && p.calls == 0 && !p.metaBusy {
 			return
 		}
@@ -363,7 +364,6 @@ func (p *producer) sweep(now time.Time) {
 			delete(p.tqs, name)
 		}
 	}
-	p.metrics.producerTopics.Set(float64(len(p.tqs)))
 	if now.Sub(p.lastPrune) > time.Second {
 		p.lastPrune = now
 		p.order.prune(now)

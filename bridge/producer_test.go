@@ -231,13 +231,16 @@ func TestProducerOneRequestPerBroker(t *testing.T) {
 func TestProducerForgetsIdleTopics(t *testing.T) {
 	fk := newFakeKafka()
 	h := newProdHarness(t, fk, 64, nil)
-	h.p.idleAfter = 100 * time.Millisecond
+	h.p.idleAfter = time.Second
 	h.start()
 	for i := range 10 {
 		if err, _ := h.send(fmt.Sprintf("idle%d", i), "k", "v", 1).wait(t, 5*time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
+	waitFor(t, time.Second, "10 topics known", func() bool {
+		return counterValue(t, h.reg, "ferry_kafka_producer_topics", nil) == 10
+	})
 	waitFor(t, 5*time.Second, "idle topics forgotten", func() bool {
 		return counterValue(t, h.reg, "ferry_kafka_producer_topics", nil) == 0
 	})
