@@ -99,11 +99,11 @@ type producer struct {
 	brokers   map[int32]*brokerQ
 	ready     []*partQ
 	held      int
-	parked    []*record // records taken from the ring, waiting for room
-	calls     int       // requests in flight
-	dead      bool      // hard shutdown: everything fails
-	closing   bool      // ring closed: no more records come
-	metaBusy  bool
+	parked    []*record       // records taken from the ring, waiting for room
+	calls     int             // requests in flight
+	dead      bool            // hard shutdown: everything fails
+	closing   bool            // ring closed: no more records come
+	metaCalls int             // metadata lookups running
 	metaWant  map[string]bool // topic -> force a metadata refresh
 	lastPrune time.Time
 
@@ -113,8 +113,11 @@ type producer struct {
 	metaRes chan []topicMeta
 }
 
-// maxBrokerInflight is how many produce requests one broker has in flight.
-const maxBrokerInflight = 1
+// maxBrokerInflight is how many produce requests one broker has in flight
+// (each on its own connection, with disjoint partitions): two let the next
+// request be built and sent while Kafka works on the previous one; more
+// split the batches without a measured gain.
+const maxBrokerInflight = 2
 
 func newProducer(cfg KafkaConfig, log *slog.Logger, client *kafka.Client, topics *topicManager, ring *ringbuffer.Ring[*record], m *metrics) (*producer, error) {
 	codec, err := compressionCodec(cfg.Compression)
@@ -142,7 +145,7 @@ func newProducer(cfg KafkaConfig, log *slog.Logger, client *kafka.Client, topics
 		idleAfter: time.Minute, tick: tick,
 		tqs: make(map[string]*topicQ), brokers: make(map[int32]*brokerQ), metaWant: make(map[string]bool),
 		batches: make(chan []*record), free: make(chan []*record, 2),
-		results: make(chan *produceCall, 16), metaRes: make(chan []topicMeta, 1),
+		results: make(chan *produceCall, 16), metaRes: make(chan []topicMeta, metaParallel),
 	}, nil
 }
 
@@ -189,7 +192,7 @@ func (p *producer) run(hard context.Context) {
 		p.dispatch(hard)
 		p.metrics.producerHeld.Set(float64(p.held))
 		p.metrics.producerTopics.Set(float64(len(p.tqs)))
-		if in == nil && p.held == 0 && len(p.parked) == 0 && p.calls == 0 && !p.metaBusy {
+		if in == nil && p.held == 0 && len(p.parked) == 0 && p.calls == 0 && p.metaCalls == 0 {
 			return
 		}
 	}
@@ -412,28 +415,38 @@ func (p *producer) wantMeta(tq *topicQ, force bool) {
 	p.metaWant[tq.name] = p.metaWant[tq.name] || force
 }
 
-// askMeta starts one metadata lookup for every topic that wants one.
+// Metadata lookups: up to metaParallel at once, each for up to metaTopics
+// topics (creating a thousand new topics in one request outlasts the ack
+// timeout).
+const (
+	metaParallel = 4
+	metaTopics   = 100
+)
+
+// askMeta starts metadata lookups for the topics that want one.
 func (p *producer) askMeta(ctx context.Context) {
-	if p.metaBusy || len(p.metaWant) == 0 || p.dead {
-		return
+	for p.metaCalls < metaParallel && len(p.metaWant) > 0 && !p.dead {
+		topics := make([]string, 0, min(len(p.metaWant), metaTopics))
+		force := false
+		for t, f := range p.metaWant {
+			if len(topics) == metaTopics {
+				break
+			}
+			topics = append(topics, t)
+			force = force || f
+			delete(p.metaWant, t)
+		}
+		p.metaCalls++
+		go func() {
+			mctx, cancel := context.WithTimeout(ctx, p.cfg.AckTimeout)
+			defer cancel()
+			p.metaRes <- p.topics.resolve(mctx, topics, force)
+		}()
 	}
-	topics := make([]string, 0, len(p.metaWant))
-	force := false
-	for t, f := range p.metaWant {
-		topics = append(topics, t)
-		force = force || f
-	}
-	clear(p.metaWant)
-	p.metaBusy = true
-	go func() {
-		mctx, cancel := context.WithTimeout(ctx, p.cfg.AckTimeout)
-		defer cancel()
-		p.metaRes <- p.topics.resolve(mctx, topics, force)
-	}()
 }
 
 func (p *producer) applyMeta(ms []topicMeta) {
-	p.metaBusy = false
+	p.metaCalls--
 	now := time.Now()
 	for _, m := range ms {
 		tq := p.tqs[m.topic]

@@ -156,21 +156,24 @@ func TestProducerStalledPartitionsIsolated(t *testing.T) {
 	}
 }
 
-// Producer shape: while one request is in flight to a broker, records for
-// 30 topics it leads pile up; they leave in ONE request, each partition in
-// at most one request at a time; the other broker's topics do not wait.
+// Producer shape: while a broker has its most requests in flight, records
+// for 30 topics it leads pile up; they leave in ONE request, each partition
+// in at most one request at a time; the other broker's topics do not wait.
 func TestProducerOneRequestPerBroker(t *testing.T) {
 	fk := newFakeKafka()
-	topics := []string{"first"}
-	fk.addTopic("first", 1)
+	var topics []string
+	for i := range maxBrokerInflight {
+		topics = append(topics, fmt.Sprintf("first%d", i))
+		fk.addTopic(topics[i], 1)
+	}
 	for i := range 60 {
 		topics = append(topics, fmt.Sprintf("t%d", i))
-		fk.addTopic(topics[i+1], int32(1+i%2))
+		fk.addTopic(fmt.Sprintf("t%d", i), int32(1+i%2))
 	}
 	gate := make(chan struct{})
 	var gated atomic.Bool
 	fk.reqFault = func(ctx context.Context, req *produceAPI.Request) error {
-		if req.Topics[0].Topic == "first" && gated.Load() {
+		if strings.HasPrefix(req.Topics[0].Topic, "first") && gated.Load() {
 			select {
 			case <-gate:
 			case <-ctx.Done():
@@ -189,13 +192,17 @@ func TestProducerOneRequestPerBroker(t *testing.T) {
 	}
 	_, warm, _ := fk.stats()
 	gated.Store(true)
-	first := h.send("first", "k", "v", 1)
-	waitFor(t, 5*time.Second, "first request on the wire", func() bool { _, reqs, _ := fk.stats(); return len(reqs) == len(warm)+1 })
+	// Broker 1 gets as many requests as it may have in flight, all held.
+	var firsts []outcome
+	for i := range maxBrokerInflight {
+		firsts = append(firsts, h.send(topics[i], "k", "v", 1))
+		waitFor(t, 5*time.Second, "held request on the wire", func() bool { _, reqs, _ := fk.stats(); return len(reqs) == len(warm)+i+1 })
+	}
 	var outs []outcome
-	for _, tp := range topics[1:] {
+	for _, tp := range topics[maxBrokerInflight:] {
 		outs = append(outs, h.send(tp, "k", "v", 1))
 	}
-	// Leader 2's records go at once; leader 1's 30 wait behind "first".
+	// Leader 2's records go at once; leader 1's 30 wait.
 	for i, o := range outs {
 		if i%2 == 1 {
 			if err, _ := o.wait(t, 5*time.Second); err != nil {
@@ -204,11 +211,13 @@ func TestProducerOneRequestPerBroker(t *testing.T) {
 		}
 	}
 	waitFor(t, 5*time.Second, "leader 1's records queued", func() bool {
-		return counterValue(t, h.reg, "ferry_kafka_producer_records_held", nil) == 31
+		return counterValue(t, h.reg, "ferry_kafka_producer_records_held", nil) == float64(30+maxBrokerInflight)
 	})
 	close(gate)
-	if err, _ := first.wait(t, 5*time.Second); err != nil {
-		t.Fatal(err)
+	for _, o := range firsts {
+		if err, _ := o.wait(t, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for i, o := range outs {
 		if i%2 == 0 {
