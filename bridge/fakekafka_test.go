@@ -266,12 +266,20 @@ type prodHarness struct {
 
 func newProdHarness(t *testing.T, fk *fakeKafka, ringCap int, mod func(*KafkaConfig)) *prodHarness {
 	t.Helper()
+	return newProdHarnessRT(t, fk, []string{"127.0.0.1:1"}, ringCap, mod)
+}
+
+// newProdHarnessRT runs the producer over any RoundTripper (a real Kafka's
+// Transport too).
+func newProdHarnessRT(t *testing.T, rt kafka.RoundTripper, brokers []string, ringCap int, mod func(*KafkaConfig)) *prodHarness {
+	t.Helper()
 	cfg := DefaultConfig().Kafka
-	cfg.Brokers = []string{"127.0.0.1:1"}
+	cfg.Brokers = brokers
 	cfg.AckTimeout = 2 * time.Second
 	if mod != nil {
 		mod(&cfg)
 	}
+	fk, _ := rt.(*fakeKafka)
 	ring, err := ringbuffer.New[*record](ringCap)
 	if err != nil {
 		t.Fatal(err)
@@ -281,7 +289,7 @@ func newProdHarness(t *testing.T, fk *fakeKafka, ringCap int, mod func(*KafkaCon
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: fk, Timeout: cfg.AckTimeout}
+	client := &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: rt, Timeout: cfg.AckTimeout}
 	log := testLogger(t)
 	p, err := newProducer(cfg, log, client, newTopicManager(cfg, log, client, m), ring, m)
 	if err != nil {
