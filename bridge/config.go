@@ -112,9 +112,11 @@ type KafkaConfig struct {
 	// Linger delays a partial batch to let it fill. Default: 0 (a batch leaves
 	// as soon as the ring is empty).
 	Linger time.Duration `mapstructure:"linger" yaml:"linger"`
-	// MaxBatch is the most records in one produce request. Default: 1000.
+	// MaxBatch is the most records of one partition in one produce request;
+	// the producer holds at most 16 x MaxBatch records. Default: 1000.
 	MaxBatch int `mapstructure:"max_batch" yaml:"max_batch"`
-	// MaxBatchBytes bounds one produce request's payload. Default: 1 MiB.
+	// MaxBatchBytes bounds one partition's batch (a larger record goes
+	// alone); a request carries at most 4 x MaxBatchBytes. Default: 1 MiB.
 	MaxBatchBytes int `mapstructure:"max_batch_bytes" yaml:"max_batch_bytes"`
 	// Compression: none, gzip, snappy, lz4, zstd. Default: none.
 	Compression string `mapstructure:"compression" yaml:"compression"`
