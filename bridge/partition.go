@@ -51,8 +51,7 @@ type partQ struct {
 	failures int // consecutive failed attempts; > 0 = stalled
 	backoff  time.Duration
 	retryAt  time.Time
-	routing  bool // the last failure was a leader/metadata error
-	single   int  // send this many records one per request (after a batch was too large)
+	single   int // send this many records one per request (after a batch was too large)
 }
 
 // stalled reports whether the partition is known not to make progress now:

@@ -482,8 +482,8 @@ func (p *producer) setLeaders(tq *topicQ, leaders []int32, now time.Time) {
 		if i >= len(leaders) {
 			break
 		}
-		if pq.leader != leaders[i] || pq.routing {
-			pq.retryAt, pq.routing = now, false // fresh leader: retry at once
+		if pq.leader != leaders[i] {
+			pq.retryAt = now // a new leader: retry at once, not after the backoff
 		}
 		pq.leader = leaders[i]
 	}

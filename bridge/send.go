@@ -286,7 +286,6 @@ func (p *producer) outcome(pq *partQ, err error, now time.Time) {
 		if routingError(err) || errors.Is(err, errNoPartitionAnswer) || !isKafkaError(err) {
 			// Stale leader or a transport-level failure: read the leaders
 			// again (forcing a refresh on leader errors) before the retry.
-			pq.routing = true
 			if !pq.t.metaAsked || routingError(err) {
 				p.wantMeta(pq.t, routingError(err))
 			}
