@@ -26,7 +26,7 @@ func TestKafkaUnreachableAtStart(t *testing.T) {
 
 	cfg := testConfig(addr)
 	cfg.Kafka.AckTimeout = 2 * time.Second
-	cfg.Kafka.MaxBatch = 16 // lane holds at most 4 x 16 records
+	cfg.Kafka.MaxBatch = 16 // a partition queue holds at most 4 x 16 records
 	cfg.Ring.Capacity = 64
 	b := startBridge(t, cfg)
 
@@ -76,7 +76,7 @@ func TestKafkaUnreachableAtStart(t *testing.T) {
 		return true
 	})
 	if dropped <= 0 || dropped >= sent {
-		t.Fatalf("dropped %v of %d QoS0 messages, want some but not all (ring 64 + lane)", dropped, sent)
+		t.Fatalf("dropped %v of %d QoS0 messages, want some but not all (ring 64 + partition queue)", dropped, sent)
 	}
 	buffered := sent - int(dropped)
 	t.Logf("QoS0 while Kafka unreachable: sent %d, buffered %d, dropped and counted %.0f", sent, buffered, dropped)
