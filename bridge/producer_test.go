@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -417,4 +419,37 @@ func keysForPartitions(n int) []string {
 		}
 	}
 	return keys
+}
+
+// Finding 4, broker lost: the leader's broker is gone, so the request fails
+// on the connection (no NOT_LEADER answer); the producer fetches fresh
+// metadata at once and the retry reaches the new leader well within the
+// ack timeout (the cache's TTL is longer).
+func TestProducerRefreshesAfterBrokerLoss(t *testing.T) {
+	fk := newFakeKafka()
+	fk.addTopic("t", 1)
+	fk.ttl = time.Minute
+	fk.reqFault = func(_ context.Context, req *produceAPI.Request) error {
+		fk.mu.Lock()
+		defer fk.mu.Unlock()
+		tp := fk.topics[req.Topics[0].Topic]
+		if p := req.Topics[0].Partitions[0].Partition; tp.cached[p] != tp.real[p] {
+			return &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+		}
+		return nil
+	}
+	h := newProdHarness(t, fk, 64, func(c *KafkaConfig) { c.AckTimeout = 3 * time.Second })
+	h.start()
+	if err, _ := h.send("t", "k", "before", 1).wait(t, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	fk.moveLeader("t", 0, 3)
+	start := time.Now()
+	err, at := h.send("t", "k", "after", 1).wait(t, 5*time.Second)
+	if err != nil {
+		t.Fatalf("record after the leader's broker was lost: %v", err)
+	}
+	if took := at.Sub(start); took > 500*time.Millisecond {
+		t.Fatalf("acknowledged after %s: metadata was not refreshed at once", took)
+	}
 }

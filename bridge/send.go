@@ -284,11 +284,11 @@ func (p *producer) outcome(pq *partQ, err error, now time.Time) {
 		pq.backoff = min(max(2*pq.backoff, 20*time.Millisecond), time.Second)
 		pq.retryAt = now.Add(pq.backoff)
 		if routingError(err) || errors.Is(err, errNoPartitionAnswer) || !isKafkaError(err) {
-			// Stale leader or a transport-level failure: read the leaders
-			// again (forcing a refresh on leader errors) before the retry.
-			if !pq.t.metaAsked || routingError(err) {
-				p.wantMeta(pq.t, routingError(err))
-			}
+			// A leader error, or a transport-level one (the leader's
+			// connection broke, a stale route in kafka-go's cache): fetch
+			// fresh metadata from Kafka now; kafka-go would keep its cache
+			// for its TTL.
+			p.wantMeta(pq.t, true)
 		}
 		if pq.failures == 1 || pq.failures%50 == 0 {
 			p.log.Warn("produce failed, retrying", "topic", pq.t.name, "partition", pq.id, "records", len(pq.q), "attempt", pq.failures, "err", err)
