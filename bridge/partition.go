@@ -72,7 +72,7 @@ func (p *partQ) take(n int) {
 func (p *partQ) requeue() (finished int) {
 	live := p.flight[:0]
 	for _, r := range p.flight {
-		if r.finished {
+		if r.finished.Load() {
 			finished++
 			continue
 		}

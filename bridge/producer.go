@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -27,10 +28,11 @@ type record struct {
 	deadline time.Time
 	// done reports the outcome exactly once; nil for QoS 0.
 	done func(error)
-	// finished is set when the producer has reported the outcome (owned by
-	// the producer's loop): a record that expired in flight is not reported
-	// again when the response arrives.
-	finished bool
+	// finished is set by whoever reports the outcome first: the request's
+	// goroutine on success, the producer's loop on failure or expiry (a
+	// record that expired in flight is not reported again when the response
+	// arrives).
+	finished atomic.Bool
 }
 
 func (r *record) size() int {
@@ -46,6 +48,9 @@ func (r *record) complete(err error) {
 		r.done(err)
 	}
 }
+
+// finish claims the right to report r's outcome.
+func (r *record) finish() bool { return r.finished.CompareAndSwap(false, true) }
 
 func (r *record) expired(now time.Time) bool {
 	return !r.deadline.IsZero() && now.After(r.deadline)
@@ -319,7 +324,9 @@ func (p *producer) refuseFull(r *record, now time.Time) {
 // held by the caller any longer). poison: later records of its key that
 // are still on their way must not overtake it.
 func (p *producer) fail(r *record, err error, now time.Time, poison bool) {
-	r.finished = true
+	if !r.finish() {
+		return // acknowledged meanwhile
+	}
 	r.complete(err)
 	p.metrics.produceErrors.Inc()
 	if poison {
@@ -350,7 +357,7 @@ func (p *producer) sweep(now time.Time) {
 		for _, pq := range tq.parts {
 			pq.q = p.dropAll(pq.q, now)
 			for _, r := range pq.flight {
-				if !r.finished && r.expired(now) {
+				if !r.finished.Load() && r.expired(now) {
 					// Kafka may still write it: at least once, the client resends.
 					p.fail(r, fmt.Errorf("%w: no acknowledgement within %s", ErrKafkaUnavailable, p.cfg.AckTimeout), now, true)
 				}

@@ -17,13 +17,20 @@ type produceCall struct {
 	b       *brokerQ
 	parts   []*partQ
 	req     produceAPI.Request
+	slots   []callSlot // where each partition sits in req
 	bytes   int
 	records int
-	krecs   []kafka.Record // scratch for building record sets
 
 	start time.Time
 	res   *produceAPI.Response
 	err   error
+}
+
+// callSlot places one partition in a request; err is its outcome.
+type callSlot struct {
+	pq     *partQ
+	ti, pi int // index in req.Topics and in its Partitions
+	err    error
 }
 
 // dispatch sends one request to each broker that has ready partitions and
@@ -78,7 +85,6 @@ func (p *producer) dispatch(ctx context.Context) {
 		}
 		c.b.inflight++
 		p.calls++
-		c.krecs = nil
 		go p.send(ctx, c)
 	}
 }
@@ -96,7 +102,6 @@ func (p *producer) add(c *produceCall, pq *partQ, now time.Time) bool {
 	if pq.single > 0 {
 		limit = 1
 	}
-	start := len(c.krecs)
 	i, n, bytes := 0, 0, 0
 	for i < len(pq.q) && n < limit {
 		r := pq.q[i]
@@ -113,9 +118,6 @@ func (p *producer) add(c *produceCall, pq *partQ, now time.Time) bool {
 			break // the request is full: next one
 		}
 		pq.flight = append(pq.flight, r)
-		// Fresh readers for every attempt: a produce request reads them to
-		// the end, and a retry with spent readers would write empty records.
-		c.krecs = append(c.krecs, kafka.Record{Time: r.received, Key: kafka.NewBytes(r.key), Value: kafka.NewBytes(r.value), Headers: r.headers})
 		bytes += s
 		n++
 		i++
@@ -132,12 +134,10 @@ func (p *producer) add(c *produceCall, pq *partQ, now time.Time) bool {
 		c.req.Topics = append(c.req.Topics, produceAPI.RequestTopic{Topic: tq.name})
 	}
 	rt := &c.req.Topics[tq.callIdx]
+	c.slots = append(c.slots, callSlot{pq: pq, ti: tq.callIdx, pi: len(rt.Partitions)})
 	rt.Partitions = append(rt.Partitions, produceAPI.RequestPartition{
 		Partition: pq.id,
-		RecordSet: protocol.RecordSet{
-			Attributes: protocol.Attributes(p.codec) & 0x7,
-			Records:    protocol.NewRecordReader(c.krecs[start:]...),
-		},
+		RecordSet: protocol.RecordSet{Attributes: protocol.Attributes(p.codec) & 0x7},
 	})
 	c.parts = append(c.parts, pq)
 	c.bytes += bytes
@@ -146,8 +146,21 @@ func (p *producer) add(c *produceCall, pq *partQ, now time.Time) bool {
 	return true
 }
 
-// send runs one request; the loop handles the outcome.
+// send runs one request on its own goroutine: it encodes the records,
+// waits for Kafka and acknowledges the records of the partitions that
+// succeeded (their clients need not wait for the loop); the loop settles
+// the rest. The partitions' flight records are not changed while in flight.
 func (p *producer) send(ctx context.Context, c *produceCall) {
+	var krecs []kafka.Record
+	for _, sl := range c.slots {
+		start := len(krecs)
+		for _, r := range sl.pq.flight {
+			// Fresh readers for every attempt: a produce request reads them
+			// to the end; a retry with spent readers would write empty records.
+			krecs = append(krecs, kafka.Record{Time: r.received, Key: kafka.NewBytes(r.key), Value: kafka.NewBytes(r.value), Headers: r.headers})
+		}
+		c.req.Topics[sl.ti].Partitions[sl.pi].RecordSet.Records = protocol.NewRecordReader(krecs[start:]...)
+	}
 	rctx, cancel := context.WithTimeout(ctx, p.cfg.AckTimeout)
 	c.start = time.Now()
 	res, err := p.rt.RoundTrip(rctx, p.addr, &c.req)
@@ -162,7 +175,90 @@ func (p *producer) send(ctx context.Context, c *produceCall) {
 			c.err = fmt.Errorf("produce: unexpected response %T", res)
 		}
 	}
+	if c.err == nil {
+		p.settle(c)
+	}
 	p.results <- c
+}
+
+// settle gives each slot its outcome from the response and acknowledges
+// the records of those that succeeded.
+func (p *producer) settle(c *produceCall) {
+	now := time.Now()
+	for i := range c.slots {
+		c.slots[i].err = errNoPartitionAnswer
+	}
+	if c.res == nil { // acks=none: no response
+		for i := range c.slots {
+			c.slots[i].err = nil
+		}
+	} else {
+		f := newSlotFinder(c)
+		for i := range c.res.Topics {
+			rt := &c.res.Topics[i]
+			for j := range rt.Partitions {
+				rp := &rt.Partitions[j]
+				sl := f.find(rt.Topic, rp.Partition, i, j)
+				if sl == nil {
+					continue
+				}
+				sl.err = nil
+				if rp.ErrorCode != 0 {
+					sl.err = kafka.Error(rp.ErrorCode)
+					if rp.ErrorMessage != "" {
+						sl.err = fmt.Errorf("%w: %s", sl.err, rp.ErrorMessage)
+					}
+				}
+			}
+		}
+	}
+	p.metrics.produceLatency.Observe(now.Sub(c.start).Seconds())
+	p.metrics.batchSize.Observe(float64(c.records))
+	for _, sl := range c.slots {
+		if sl.err != nil {
+			continue
+		}
+		for _, r := range sl.pq.flight {
+			if r.finish() {
+				p.metrics.publishToAck.Observe(now.Sub(r.received).Seconds())
+				r.complete(nil)
+			}
+		}
+		p.metrics.recordsProduced.Add(float64(len(sl.pq.flight)))
+	}
+}
+
+// slotFinder finds the slot of a response partition: at the same place as
+// in the request (Kafka answers in request order), else by name.
+type slotFinder struct {
+	c   *produceCall
+	idx [][]int // [topic index][partition index] -> slot
+}
+
+func newSlotFinder(c *produceCall) *slotFinder {
+	f := &slotFinder{c: c, idx: make([][]int, len(c.req.Topics))}
+	for i := range c.req.Topics {
+		f.idx[i] = make([]int, len(c.req.Topics[i].Partitions))
+	}
+	for k, sl := range c.slots {
+		f.idx[sl.ti][sl.pi] = k
+	}
+	return f
+}
+
+func (f *slotFinder) find(topic string, part int32, ti, pi int) *callSlot {
+	c := f.c
+	if ti < len(f.idx) && pi < len(f.idx[ti]) {
+		if sl := &c.slots[f.idx[ti][pi]]; sl.pq.t.name == topic && sl.pq.id == part {
+			return sl
+		}
+	}
+	for k := range c.slots {
+		if sl := &c.slots[k]; sl.pq.t.name == topic && sl.pq.id == part {
+			return sl
+		}
+	}
+	return nil
 }
 
 var errNoPartitionAnswer = errors.New("partition missing from the produce response")
@@ -172,71 +268,19 @@ func (p *producer) finish(c *produceCall) {
 	p.calls--
 	c.b.inflight--
 	now := time.Now()
-	if c.err != nil {
-		// The whole request failed (connection, timeout, stale routing in
-		// the transport's cache): every partition retries.
-		for _, pq := range c.parts {
-			p.outcome(pq, c.err, now)
+	for _, sl := range c.slots {
+		err := c.err // the whole request failed: every partition retries
+		if err == nil {
+			err = sl.err
 		}
-		return
-	}
-	p.metrics.produceLatency.Observe(now.Sub(c.start).Seconds())
-	p.metrics.batchSize.Observe(float64(c.records))
-	answered := 0
-	if c.res != nil {
-		for i := range c.res.Topics {
-			rt := &c.res.Topics[i]
-			tq := p.tqs[rt.Topic]
-			if tq == nil {
-				continue
-			}
-			for j := range rt.Partitions {
-				rp := &rt.Partitions[j]
-				if rp.Partition < 0 || int(rp.Partition) >= len(tq.parts) {
-					continue
-				}
-				pq := tq.parts[rp.Partition]
-				if !pq.inflight {
-					continue
-				}
-				var err error
-				if rp.ErrorCode != 0 {
-					err = kafka.Error(rp.ErrorCode)
-					if rp.ErrorMessage != "" {
-						err = fmt.Errorf("%w: %s", err, rp.ErrorMessage)
-					}
-				}
-				p.outcome(pq, err, now)
-				answered++
-			}
-		}
-	} else {
-		for _, pq := range c.parts {
-			p.outcome(pq, nil, now)
-		}
-		return
-	}
-	if answered < len(c.parts) {
-		for _, pq := range c.parts {
-			if pq.inflight {
-				p.outcome(pq, errNoPartitionAnswer, now)
-			}
-		}
+		p.outcome(sl.pq, err, now)
 	}
 }
 
 // outcome settles the records pq had in flight.
 func (p *producer) outcome(pq *partQ, err error, now time.Time) {
 	switch {
-	case err == nil:
-		for _, r := range pq.flight {
-			if !r.finished {
-				r.finished = true
-				p.metrics.publishToAck.Observe(now.Sub(r.received).Seconds())
-				r.complete(nil)
-			}
-		}
-		p.metrics.recordsProduced.Add(float64(len(pq.flight)))
+	case err == nil: // acknowledged by settle
 		p.held -= len(pq.flight)
 		if pq.single > 0 {
 			pq.single -= len(pq.flight)
@@ -252,10 +296,7 @@ func (p *producer) outcome(pq *partQ, err error, now time.Time) {
 		pq.single = len(pq.flight)
 		p.held -= pq.requeue()
 	case tooLarge(err):
-		r := pq.flight[0]
-		if !r.finished {
-			p.fail(r, classify(err), now, false) // can never be written: blocks nobody
-		}
+		p.fail(pq.flight[0], classify(err), now, false) // can never be written: blocks nobody
 		p.held -= len(pq.flight)
 		if pq.single > 0 {
 			pq.single--
@@ -270,9 +311,7 @@ func (p *producer) outcome(pq *partQ, err error, now time.Time) {
 			err = classify(err)
 		}
 		for _, r := range pq.flight {
-			if !r.finished {
-				p.fail(r, err, now, true)
-			}
+			p.fail(r, err, now, true)
 		}
 		p.held -= len(pq.flight)
 		clear(pq.flight)
