@@ -34,7 +34,8 @@ type callSlot struct {
 }
 
 // dispatch sends one request to each broker that has ready partitions and
-// no request in flight.
+// fewer than maxBrokerInflight requests in flight; it carries every ready
+// partition that broker leads.
 func (p *producer) dispatch(ctx context.Context) {
 	if len(p.ready) == 0 || p.dead {
 		return
