@@ -275,7 +275,7 @@ func newProdHarnessRT(t *testing.T, rt kafka.RoundTripper, brokers []string, rin
 	t.Helper()
 	cfg := DefaultConfig().Kafka
 	cfg.Brokers = brokers
-	cfg.AckTimeout = 2 * time.Second
+	cfg.AckTimeout = 10 * time.Second // generous: the tests must hold on a loaded machine
 	if mod != nil {
 		mod(&cfg)
 	}
