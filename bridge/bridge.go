@@ -177,6 +177,9 @@ func (b *Bridge) start(ctx context.Context) error {
 			"brokers", brokers)
 	}
 	b.brokers = brokers
+	if b.cfg.Kafka.Acks == "one" {
+		b.log.Warn("kafka.acks=one: a PUBACK means only the partition leader has the record; it is lost if the leader fails before a follower copies it (use kafka.acks=all)")
+	}
 	transport, err := newTransport(b.cfg.Kafka, b.cfg.Instance.ID)
 	if err != nil {
 		return err
@@ -196,7 +199,8 @@ func (b *Bridge) start(ctx context.Context) error {
 
 	b.server = mqtt.New(b.mochiOptions())
 	b.hook = &hook{cfg: b.cfg, log: b.log, tm: b.tm, ring: b.ring, metrics: b.metrics, server: b.server,
-		logs: newRateLimiter(b.log, 10*time.Second), origin: []byte(b.cfg.Instance.ID), locals: newLocalPublishers()}
+		logs: newRateLimiter(b.log, 10*time.Second), origin: []byte(b.cfg.Instance.ID), locals: newLocalPublishers(),
+		order: b.producer.order}
 	if err := addAuth(b.server, b.cfg.MQTT); err != nil {
 		return err
 	}

@@ -124,7 +124,9 @@ type KafkaConfig struct {
 	// Brokers is the bootstrap list. Empty: an embedded in-memory Kafka is
 	// started (for trying Ferry out, never for production).
 	Brokers []string `mapstructure:"brokers" yaml:"brokers"`
-	// Acks: all, one or none. Default: all.
+	// Acks: all or one. "none" is refused: a PUBACK would mean nothing.
+	// "one" starts with a warning: the leader alone has the record when the
+	// PUBACK leaves. Default: all.
 	Acks string `mapstructure:"acks" yaml:"acks"`
 	// AckTimeout bounds how long a QoS 1/2 publish waits for Kafka before the
 	// client gets a negative acknowledgement. Default: 5s.
@@ -132,9 +134,11 @@ type KafkaConfig struct {
 	// Linger delays a partial batch to let it fill. Default: 0 (a batch leaves
 	// as soon as the ring is empty).
 	Linger time.Duration `mapstructure:"linger" yaml:"linger"`
-	// MaxBatch is the most records in one produce request. Default: 1000.
+	// MaxBatch is the most records of one partition in one produce request;
+	// the producer holds at most 16 x MaxBatch records. Default: 1000.
 	MaxBatch int `mapstructure:"max_batch" yaml:"max_batch"`
-	// MaxBatchBytes bounds one produce request's payload. Default: 1 MiB.
+	// MaxBatchBytes bounds one partition's batch (a larger record goes
+	// alone); a request carries at most 4 x MaxBatchBytes. Default: 1 MiB.
 	MaxBatchBytes int `mapstructure:"max_batch_bytes" yaml:"max_batch_bytes"`
 	// Compression: none, gzip, snappy, lz4, zstd. Default: none.
 	Compression string `mapstructure:"compression" yaml:"compression"`
@@ -306,9 +310,11 @@ func (c Config) Validate() error {
 		}
 	}
 	switch c.Kafka.Acks {
-	case "all", "one", "none":
+	case "all", "one":
+	case "none":
+		bad("kafka.acks", c.Kafka.Acks, "refused: with no Kafka acknowledgement a PUBACK would promise nothing (use all, or one)")
 	default:
-		bad("kafka.acks", c.Kafka.Acks, "must be all, one or none")
+		bad("kafka.acks", c.Kafka.Acks, "must be all or one")
 	}
 	if c.Kafka.AckTimeout <= 0 {
 		bad("kafka.ack_timeout", c.Kafka.AckTimeout, "must be positive")

@@ -1,13 +1,17 @@
 package bridge
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 )
 
@@ -190,5 +194,49 @@ func TestLoadConfigHeaderCase(t *testing.T) {
 	}
 	if got := cfg.Topics.Forward[0].Headers; got["Site-Name"] != "HQ" || len(got) != 1 {
 		t.Fatalf("headers = %v, want map[Site-Name:HQ]", got)
+	}
+}
+
+// kafka.acks none is refused, naming the key and why; one starts with a
+// warning that says what it weakens; all starts without it.
+func TestAcksNoneRefusedOneWarns(t *testing.T) {
+	cfg := testConfig("")
+	cfg.Kafka.Acks = "none"
+	err := cfg.Validate()
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Key != "kafka.acks" || fe.Value != "none" || !strings.Contains(fe.Reason, "PUBACK") {
+		t.Fatalf("Validate with kafka.acks=none: %v, want a FieldError for kafka.acks saying a PUBACK would promise nothing", err)
+	}
+	for _, acks := range []string{"one", "all"} {
+		cfg := testConfig("") // embedded Kafka
+		cfg.Kafka.Acks = acks
+		h := &countingHandler{}
+		b, err := New(cfg, slog.New(h), prometheus.NewRegistry())
+		if err != nil {
+			t.Fatalf("acks=%s: %v", acks, err)
+		}
+		errc := make(chan error, 1)
+		go func() { errc <- b.Run(context.Background()) }()
+		select {
+		case <-b.Ready():
+		case err := <-errc:
+			t.Fatalf("acks=%s: run: %v", acks, err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("not ready within 30s")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := b.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+		cancel()
+		warned := false
+		for _, m := range h.snapshot() {
+			if strings.HasPrefix(m, "WARN kafka.acks=one") && strings.Contains(m, "leader") {
+				warned = true
+			}
+		}
+		if warned != (acks == "one") {
+			t.Fatalf("acks=%s: warning logged = %v; logs: %q", acks, warned, h.snapshot())
+		}
 	}
 }

@@ -47,6 +47,7 @@ type hook struct {
 	metrics *metrics
 	server  *mqtt.Server
 	logs    *rateLimiter
+	order   *keyOrder // the producer's per-key order; ring eviction reports to it
 
 	seq    atomic.Uint64
 	origin []byte
@@ -236,8 +237,11 @@ func (h *hook) enqueueQoS0(rec *record) {
 		if evicted {
 			// The oldest record may be a QoS 1 publish still waiting: it is
 			// refused to its client, never silently lost.
+			// Later records of its key still in the ring fail too (keyOrder),
+			// so none of them overtakes it.
 			h.metrics.drops.WithLabelValues("ring_evicted").Inc()
 			old.complete(fmt.Errorf("%w: evicted by a newer QoS 0 message", ErrRingFull))
+			h.order.fail(old, time.Now())
 		}
 		if err != nil {
 			h.metrics.drops.WithLabelValues("closed").Inc()

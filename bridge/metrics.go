@@ -24,6 +24,8 @@ type metrics struct {
 	reverseLag           *prometheus.GaugeVec
 	subscriberDrops      prometheus.Counter
 	reservedPropsDropped prometheus.Counter
+	producerHeld         prometheus.Gauge
+	producerTopics       prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, ringLen, ringCap func() float64) (*metrics, error) {
@@ -61,10 +63,15 @@ func newMetrics(reg prometheus.Registerer, ringLen, ringCap func() float64) (*me
 			Help: "Messages dropped for a subscriber: its outbound queue (mqtt.client_writes_pending) or its in-flight store (8,192 QoS 1/2 messages, also for an offline session) was full."}),
 		reservedPropsDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_reserved_properties_dropped_total",
 			Help: "MQTT v5 user properties not copied to Kafka headers because their name is reserved (mqtt.*, ferry.*, or a header a forward rule sets)."}),
+		producerHeld: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_kafka_producer_records_held",
+			Help: "Records the producer holds now (queued per partition and in flight); bounded while Kafka is away."}),
+		producerTopics: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_kafka_producer_topics",
+			Help: "Kafka topics the producer keeps state for now (idle ones are dropped)."}),
 	}
 	cs := []prometheus.Collector{m.connections, m.publishesByQoS, m.recordsProduced, m.produceErrors,
 		m.drops, m.nacks, m.topicsCreated, m.batchSize, m.produceLatency, m.publishToAck,
 		m.reverseConsumed, m.reversePublished, m.reverseSkipped, m.reverseLag, m.subscriberDrops, m.reservedPropsDropped,
+		m.producerHeld, m.producerTopics,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_ring_depth", Help: "Messages in the ring now."}, ringLen),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_ring_capacity", Help: "Ring capacity."}, ringCap),
 	}

@@ -351,6 +351,8 @@ var documentedMetrics = []string{
 	"ferry_kafka_produce_errors_total",
 	"ferry_kafka_topics_created_total",
 	"ferry_kafka_batch_records",
+	"ferry_kafka_producer_records_held",
+	"ferry_kafka_producer_topics",
 	"ferry_kafka_produce_seconds",
 	"ferry_publish_to_kafka_ack_seconds",
 	"ferry_ring_depth",

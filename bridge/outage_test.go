@@ -26,7 +26,7 @@ func TestKafkaUnreachableAtStart(t *testing.T) {
 
 	cfg := testConfig(addr)
 	cfg.Kafka.AckTimeout = 2 * time.Second
-	cfg.Kafka.MaxBatch = 16 // lane holds at most 4 x 16 records
+	cfg.Kafka.MaxBatch = 16 // a partition queue holds at most 4 x 16 records
 	cfg.Ring.Capacity = 64
 	b := startBridge(t, cfg)
 
@@ -76,7 +76,7 @@ func TestKafkaUnreachableAtStart(t *testing.T) {
 		return true
 	})
 	if dropped <= 0 || dropped >= sent {
-		t.Fatalf("dropped %v of %d QoS0 messages, want some but not all (ring 64 + lane)", dropped, sent)
+		t.Fatalf("dropped %v of %d QoS0 messages, want some but not all (ring 64 + partition queue)", dropped, sent)
 	}
 	buffered := sent - int(dropped)
 	t.Logf("QoS0 while Kafka unreachable: sent %d, buffered %d, dropped and counted %.0f", sent, buffered, dropped)
@@ -175,6 +175,13 @@ func TestRingFullKafkaPaused(t *testing.T) {
 	}
 	mu.Unlock()
 	rssPaused := vmRSS(t) >> 10
+	// The memory bound: while Kafka is frozen the producer holds at most a
+	// partition queue plus one request per partition (4 + 1 batches of 16),
+	// and the rest waits in the 16-slot ring or is dropped (QoS 0) or held
+	// back in the clients (QoS 1, whose hook calls wait for ring room).
+	held := metricValue(t, b, "ferry_kafka_producer_records_held", nil)
+	bound := float64(2 * (4*cfg.Kafka.MaxBatch + cfg.Kafka.MaxBatch))
+	ring := metricValue(t, b, "ferry_ring_depth", nil)
 	kb.Resume()
 	t.Logf("kafka paused for %s", time.Since(paused).Round(time.Millisecond))
 	wg.Wait()
@@ -201,4 +208,14 @@ func TestRingFullKafkaPaused(t *testing.T) {
 	if dropped == 0 {
 		t.Fatal("no QoS0 drop counted with a 16-slot ring and Kafka frozen")
 	}
+	if held > bound || ring > float64(cfg.Ring.Capacity) {
+		t.Fatalf("while Kafka was frozen the producer held %.0f records (bound %.0f) and the ring %.0f (capacity %d)", held, bound, ring, cfg.Ring.Capacity)
+	}
+	// Every QoS 0 message not dropped was held in memory during the pause
+	// (or sent before it): at most the ring, the producer's bound and one
+	// batch taken from the ring waiting for room.
+	if kept := float64(n0) - dropped; kept > float64(cfg.Ring.Capacity+cfg.Kafka.MaxBatch)+bound {
+		t.Fatalf("%.0f QoS 0 messages kept while Kafka was frozen: more than the ring, a batch and the producer bound hold", kept)
+	}
+	t.Logf("frozen: producer held %.0f records (bound %.0f), ring %.0f of %d", held, bound, ring, cfg.Ring.Capacity)
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -28,6 +28,11 @@ type record struct {
 	deadline time.Time
 	// done reports the outcome exactly once; nil for QoS 0.
 	done func(error)
+	// finished is set by whoever reports the outcome first: the request's
+	// goroutine on success, the producer's loop on failure or expiry (a
+	// record that expired in flight is not reported again when the response
+	// arrives).
+	finished atomic.Bool
 }
 
 func (r *record) size() int {
@@ -44,24 +49,80 @@ func (r *record) complete(err error) {
 	}
 }
 
-// producer drains the ring and writes to Kafka. It is the batcher of the
-// design: a batch leaves as soon as the ring runs dry (or is full), never on
-// a timer. Each Kafka topic has a lane; a lane keeps at most one produce
-// request in flight per partition, so records of one key stay in order.
+// finish claims the right to report r's outcome.
+func (r *record) finish() bool { return r.finished.CompareAndSwap(false, true) }
+
+func (r *record) expired(now time.Time) bool {
+	return !r.deadline.IsZero() && now.After(r.deadline)
+}
+
+// producer drains the ring into Kafka. It is the batcher of the design: a
+// batch leaves as soon as the ring runs dry, never on a timer (unless
+// kafka.linger is set).
+//
+// Shape: one loop goroutine owns all state. Records go into a queue per
+// partition; a partition has at most one produce request in flight, so
+// records of one key stay in order and a retry resends the same records
+// before any later one. Every partition that is ready (records queued,
+// nothing in flight, leader known, not backing off) joins ONE produce
+// request to its leader broker, carrying every ready partition of every
+// topic; a broker has one request in flight at a time, and what arrives
+// meanwhile rides in the next one. A request runs on a goroutine of its own
+// and reports back to the loop, which never waits for Kafka: one slow,
+// failing or leaderless partition holds up only itself.
+//
+// Memory is bounded while Kafka is away: the loop stops taking records from
+// the ring when it holds heldCap records, or when a healthy partition is at
+// partCap (it drains within a round trip); the ring then fills and MQTT
+// clients feel the backpressure. A stalled partition (failing, leaderless,
+// or its topic's metadata failing) at partCap refuses further records at
+// once (QoS 1/2: quota exceeded; QoS 0: dropped and counted) instead.
+//
+// Every QoS 1/2 record fails at its own deadline, whatever shares its
+// request; QoS 0 records retry while the bridge runs. State of topics idle
+// for idleAfter is dropped: no goroutine or memory stays per topic.
 type producer struct {
 	cfg     KafkaConfig
 	log     *slog.Logger
-	client  *kafka.Client
+	rt      kafka.RoundTripper
+	addr    net.Addr
 	topics  *topicManager
 	ring    *ringbuffer.Ring[*record]
 	metrics *metrics
+	order   *keyOrder
 	codec   kafka.Compression
 	acks    kafka.RequiredAcks
 
-	mu    sync.Mutex
-	lanes map[string]*lane
-	wg    sync.WaitGroup
+	partCap   int           // records queued per partition
+	heldCap   int           // records held in all (queued and in flight)
+	reqBytes  int           // bytes in one produce request
+	idleAfter time.Duration // state of an idle topic is dropped after this
+	tick      time.Duration // expiry, retry and idle sweep interval
+
+	// Owned by run.
+	tqs       map[string]*topicQ
+	brokers   map[int32]*brokerQ
+	ready     []*partQ
+	held      int
+	parked    []*record       // records taken from the ring, waiting for room
+	calls     int             // requests in flight
+	dead      bool            // hard shutdown: everything fails
+	closing   bool            // ring closed: no more records come
+	metaCalls int             // metadata lookups running
+	metaWant  map[string]bool // topic -> force a metadata refresh
+	lastPrune time.Time
+
+	batches chan []*record
+	free    chan []*record
+	results chan *produceCall
+	metaRes chan []topicMeta
 }
+
+// maxBrokerInflight is how many produce requests one broker has in flight
+// (each on its own connection, with disjoint partitions): two let the next
+// request be built and sent while Kafka works on the previous one; more
+// split the batches without a measured gain.
+const maxBrokerInflight = 2
 
 func newProducer(cfg KafkaConfig, log *slog.Logger, client *kafka.Client, topics *topicManager, ring *ringbuffer.Ring[*record], m *metrics) (*producer, error) {
 	codec, err := compressionCodec(cfg.Compression)
@@ -75,313 +136,379 @@ func newProducer(cfg KafkaConfig, log *slog.Logger, client *kafka.Client, topics
 	case "none":
 		acks = kafka.RequireNone
 	}
-	return &producer{cfg: cfg, log: log, client: client, topics: topics, ring: ring, metrics: m,
-		codec: codec, acks: acks, lanes: make(map[string]*lane)}, nil
+	rt := client.Transport
+	if rt == nil {
+		rt = kafka.DefaultTransport
+	}
+	tick := min(max(cfg.AckTimeout/20, 5*time.Millisecond), 50*time.Millisecond)
+	if cfg.Linger > 0 {
+		tick = min(tick, max(cfg.Linger, time.Millisecond))
+	}
+	return &producer{cfg: cfg, log: log, rt: rt, addr: client.Addr, topics: topics, ring: ring, metrics: m,
+		order: newKeyOrder(cfg.AckTimeout + time.Second), codec: codec, acks: acks,
+		partCap: 4 * cfg.MaxBatch, heldCap: 16 * cfg.MaxBatch, reqBytes: 4 * cfg.MaxBatchBytes,
+		idleAfter: time.Minute, tick: tick,
+		tqs: make(map[string]*topicQ), brokers: make(map[int32]*brokerQ), metaWant: make(map[string]bool),
+		batches: make(chan []*record), free: make(chan []*record, 2),
+		results: make(chan *produceCall, 16), metaRes: make(chan []topicMeta, metaParallel),
+	}, nil
 }
 
-// run moves records from the ring to the lanes until the ring is closed and
-// empty; then it waits for the lanes to flush. hard is cancelled when the
-// shutdown timeout has passed: pending records then fail.
+var errShutdown = fmt.Errorf("%w: shutting down", ErrKafkaUnavailable)
+
+// run moves records from the ring to Kafka until the ring is closed and
+// everything taken is resolved. hard is cancelled when the shutdown timeout
+// has passed: pending records then fail.
 func (p *producer) run(hard context.Context) {
-	buf := make([]*record, p.cfg.MaxBatch)
+	for range cap(p.free) {
+		p.free <- make([]*record, p.cfg.MaxBatch)
+	}
+	go p.read()
+	tick := time.NewTicker(p.tick)
+	defer tick.Stop()
+	in := p.batches
+	hardDone := hard.Done()
 	for {
-		n, err := p.ring.PopBatch(context.Background(), buf)
-		for i := 0; i < n; i++ {
-			p.lane(hard, buf[i].topic).add(hard, buf[i])
-			buf[i] = nil
+		recv := in
+		if len(p.parked) > 0 || p.held >= p.heldCap {
+			recv = nil
 		}
-		if err != nil {
-			break // closed and drained
+		select {
+		case b, ok := <-recv:
+			if !ok {
+				in, p.closing = nil, true
+				break
+			}
+			p.accept(b)
+		case c := <-p.results:
+			p.finish(c)
+		case ms := <-p.metaRes:
+			p.applyMeta(ms)
+		case now := <-tick.C:
+			p.sweep(now)
+		case <-hardDone:
+			hardDone, p.dead = nil, true
+			p.failQueued()
 		}
-	}
-	p.mu.Lock()
-	for _, l := range p.lanes {
-		l.close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
-}
-
-func (p *producer) lane(ctx context.Context, topic string) *lane {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	l, ok := p.lanes[topic]
-	if !ok {
-		l = &lane{p: p, topic: topic, wake: make(chan struct{}, 1), space: make(chan struct{}, 1),
-			limit: 4 * p.cfg.MaxBatch}
-		p.lanes[topic] = l
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			l.run(ctx)
-		}()
-	}
-	return l
-}
-
-// lane owns the records bound for one Kafka topic.
-type lane struct {
-	p     *producer
-	topic string
-	limit int
-
-	mu      sync.Mutex
-	pending []*record
-	held    int // records taken by run and not yet finished
-	closed  bool
-	wake    chan struct{}
-	space   chan struct{}
-}
-
-// add appends r, waiting while the lane holds its limit (pending plus
-// in-flight or waiting for retry): the ring behind it then fills, which is
-// the backpressure MQTT clients feel, and memory stays bounded while Kafka
-// is away.
-func (l *lane) add(ctx context.Context, r *record) {
-	for {
-		l.mu.Lock()
-		if len(l.pending)+l.held < l.limit || ctx.Err() != nil {
-			l.pending = append(l.pending, r)
-			l.mu.Unlock()
-			notify(l.wake)
+		if len(p.parked) > 0 {
+			p.placeParked()
+		}
+		p.askMeta(hard)
+		p.dispatch(hard)
+		p.metrics.producerHeld.Set(float64(p.held))
+		p.metrics.producerTopics.Set(float64(len(p.tqs)))
+		if in == nil && p.held == 0 && len(p.parked) == 0 && p.calls == 0 && p.metaCalls == 0 {
 			return
 		}
-		l.mu.Unlock()
-		select {
-		case <-l.space:
-		case <-ctx.Done():
-		}
 	}
 }
 
-func (l *lane) close() {
-	l.mu.Lock()
-	l.closed = true
-	l.mu.Unlock()
-	notify(l.wake)
-}
-
-func notify(c chan struct{}) {
-	select {
-	case c <- struct{}{}:
-	default:
-	}
-}
-
-// take hands the pending records to run; held is what run still holds.
-func (l *lane) take(held int) (recs []*record, closed bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	recs, l.pending = l.pending, nil
-	if held < l.held {
-		notify(l.space) // records finished: room for add
-	}
-	l.held = held + len(recs)
-	return recs, l.closed
-}
-
-func (l *lane) run(ctx context.Context) {
-	var backlog []*record
+// read hands batches from the ring to the loop; two buffers alternate, so
+// the ring is read while the loop places the previous batch.
+func (p *producer) read() {
+	defer close(p.batches)
 	for {
-		recs, closed := l.take(len(backlog))
-		backlog = append(backlog, recs...)
-		if len(backlog) == 0 {
-			if closed {
-				return
-			}
-			select {
-			case <-l.wake:
-			case <-ctx.Done():
-				// keep looping: take() still drains what producers add.
-				if closed {
-					return
-				}
-				<-l.wake
-			}
-			continue
+		buf := <-p.free
+		n, err := p.ring.PopBatch(context.Background(), buf)
+		if n > 0 {
+			p.batches <- buf[:n]
+		} else {
+			p.free <- buf
 		}
-		if l.p.cfg.Linger > 0 && len(backlog) < l.p.cfg.MaxBatch && !closed {
-			t := time.NewTimer(l.p.cfg.Linger)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-			}
-			more, _ := l.take(len(backlog))
-			backlog = append(backlog, more...)
-		}
-		backlog = l.flush(ctx, backlog)
-		if len(backlog) > 0 {
-			// Kafka is not reachable or the topic is not ready: wait a
-			// little before the next try, failing what timed out.
-			if !sleepCtx(ctx, retryBackoff) {
-				failAll(backlog, fmt.Errorf("%w: shutting down", ErrKafkaUnavailable))
-				l.p.metrics.produceErrors.Add(float64(len(backlog)))
-				backlog = nil
-			}
+		if err != nil {
+			return // closed and drained
 		}
 	}
+}
+
+func (p *producer) accept(b []*record) {
+	now := time.Now()
+	for i, r := range b {
+		if !p.place(r, now) {
+			p.parked = append(p.parked, b[i:]...)
+			break
+		}
+	}
+	clear(b)
+	p.free <- b[:cap(b)]
+}
+
+func (p *producer) placeParked() {
+	now := time.Now()
+	for i, r := range p.parked {
+		if !p.place(r, now) {
+			n := copy(p.parked, p.parked[i:])
+			clear(p.parked[n:])
+			p.parked = p.parked[:n]
+			return
+		}
+	}
+	clear(p.parked)
+	p.parked = p.parked[:0]
+}
+
+// place queues r on its partition. It returns false when r must wait: its
+// healthy partition (or its topic, still being looked up) is full.
+func (p *producer) place(r *record, now time.Time) bool {
+	if p.dead {
+		p.fail(r, errShutdown, now, false)
+		return true
+	}
+	if p.order.blocked(r) {
+		p.fail(r, errOrder(r), now, false)
+		return true
+	}
+	tq := p.tqs[r.topic]
+	if tq == nil {
+		tq = &topicQ{name: r.topic}
+		p.tqs[r.topic] = tq
+	}
+	tq.lastUsed = now
+	if tq.parts == nil {
+		if tq.rejected != nil && now.Before(tq.rejectedTil) {
+			p.fail(r, tq.rejected, now, false)
+			return true
+		}
+		if len(tq.waiting) >= p.partCap {
+			if tq.metaFailed {
+				p.refuseFull(r, now)
+				return true
+			}
+			return false
+		}
+		tq.waiting = append(tq.waiting, r)
+		p.held++
+		if !tq.metaAsked {
+			p.wantMeta(tq, false)
+		}
+		return true
+	}
+	pq := tq.parts[partitionFor(r.key, len(tq.parts))]
+	if len(pq.q) >= p.partCap {
+		if pq.stalled() {
+			p.refuseFull(r, now)
+			return true
+		}
+		return false
+	}
+	p.push(pq, r, now)
+	return true
+}
+
+func (p *producer) push(pq *partQ, r *record, now time.Time) {
+	if len(pq.q) == 0 {
+		pq.since = now
+	}
+	pq.q = append(pq.q, r)
+	p.held++
+	p.list(pq)
+}
+
+func (p *producer) list(pq *partQ) {
+	if !pq.listed && !pq.inflight && len(pq.q) > 0 {
+		pq.listed = true
+		p.ready = append(p.ready, pq)
+	}
+}
+
+// refuseFull turns away a record for a stalled partition at its cap.
+func (p *producer) refuseFull(r *record, now time.Time) {
+	if r.done == nil {
+		p.metrics.drops.WithLabelValues("ring_full").Inc()
+		return
+	}
+	p.fail(r, fmt.Errorf("%w: partition of %q is not accepting records and already holds %d", ErrRingFull, r.topic, p.partCap), now, true)
+}
+
+// fail reports err for a record the producer holds no more (not counted in
+// held by the caller any longer). poison: later records of its key that
+// are still on their way must not overtake it.
+func (p *producer) fail(r *record, err error, now time.Time, poison bool) {
+	if !r.finish() {
+		return // acknowledged meanwhile
+	}
+	r.complete(err)
+	p.metrics.produceErrors.Inc()
+	if poison {
+		p.order.fail(r, now)
+	}
+}
+
+// drop fails a queued record that expired or must keep its key's order; it
+// reports whether it did.
+func (p *producer) drop(r *record, now time.Time) bool {
+	switch {
+	case r.expired(now):
+		p.fail(r, fmt.Errorf("%w: no acknowledgement within %s", ErrKafkaUnavailable, p.cfg.AckTimeout), now, true)
+	case p.order.blocked(r):
+		p.fail(r, errOrder(r), now, false)
+	default:
+		return false
+	}
+	p.held--
+	return true
+}
+
+// sweep fails what expired (queued or in flight), asks again for metadata
+// that failed, and forgets idle topics.
+func (p *producer) sweep(now time.Time) {
+	for name, tq := range p.tqs {
+		tq.waiting = p.dropAll(tq.waiting, now)
+		for _, pq := range tq.parts {
+			pq.q = p.dropAll(pq.q, now)
+			for _, r := range pq.flight {
+				if !r.finished.Load() && r.expired(now) {
+					// Kafka may still write it: at least once, the client resends.
+					p.fail(r, fmt.Errorf("%w: no acknowledgement within %s", ErrKafkaUnavailable, p.cfg.AckTimeout), now, true)
+				}
+			}
+			if pq.leader < 0 && len(pq.q) > 0 && !tq.metaAsked && !now.Before(tq.metaRetryAt) {
+				tq.metaRetryAt = now.Add(retryBackoff)
+				p.wantMeta(tq, true)
+			}
+		}
+		if len(tq.waiting) > 0 && tq.metaFailed && !tq.metaAsked && !now.Before(tq.metaRetryAt) {
+			p.wantMeta(tq, false)
+		}
+		if tq.empty() && !tq.metaAsked && now.Sub(tq.lastUsed) > p.idleAfter {
+			delete(p.tqs, name)
+		}
+	}
+	if now.Sub(p.lastPrune) > time.Second {
+		p.lastPrune = now
+		p.order.prune(now)
+	}
+}
+
+func (p *producer) dropAll(q []*record, now time.Time) []*record {
+	kept := q[:0]
+	for _, r := range q {
+		if !p.drop(r, now) {
+			kept = append(kept, r)
+		}
+	}
+	clear(q[len(kept):])
+	return kept
+}
+
+// failQueued fails everything not in flight (hard shutdown).
+func (p *producer) failQueued() {
+	now := time.Now()
+	for _, r := range p.parked {
+		p.fail(r, errShutdown, now, false)
+	}
+	p.parked = nil
+	for _, tq := range p.tqs {
+		for _, r := range tq.waiting {
+			p.fail(r, errShutdown, now, false)
+			p.held--
+		}
+		tq.waiting = nil
+		for _, pq := range tq.parts {
+			for _, r := range pq.q {
+				p.fail(r, errShutdown, now, false)
+				p.held--
+			}
+			pq.q, pq.listed = nil, false
+		}
+	}
+	p.ready = nil
 }
 
 const retryBackoff = 100 * time.Millisecond
 
-// flush writes recs to their partitions and returns those that must be
-// retried later (when the topic's partitions are not known yet).
-func (l *lane) flush(ctx context.Context, recs []*record) []*record {
-	recs = l.p.dropExpired(recs)
-	if len(recs) == 0 {
-		return nil
-	}
-	nparts, err := l.p.topics.partitions(ctx, l.topic)
-	if err != nil {
-		if errors.Is(err, ErrTopicRejected) {
-			l.p.log.Warn("topic rejected", "topic", l.topic, "err", err)
-			failAll(recs, err)
-			l.p.metrics.produceErrors.Add(float64(len(recs)))
-			return nil
+func (p *producer) wantMeta(tq *topicQ, force bool) {
+	tq.metaAsked = true
+	p.metaWant[tq.name] = p.metaWant[tq.name] || force
+}
+
+// Metadata lookups: up to metaParallel at once, each for up to metaTopics
+// topics (creating a thousand new topics in one request outlasts the ack
+// timeout).
+const (
+	metaParallel = 4
+	metaTopics   = 100
+)
+
+// askMeta starts metadata lookups for the topics that want one.
+func (p *producer) askMeta(ctx context.Context) {
+	for p.metaCalls < metaParallel && len(p.metaWant) > 0 && !p.dead {
+		topics := make([]string, 0, min(len(p.metaWant), metaTopics))
+		force := false
+		for t, f := range p.metaWant {
+			if len(topics) == metaTopics {
+				break
+			}
+			topics = append(topics, t)
+			force = force || f
+			delete(p.metaWant, t)
 		}
-		l.p.log.Debug("topic not ready", "topic", l.topic, "err", err)
-		return recs
-	}
-	byPart := make(map[int][]*record, nparts)
-	for _, r := range recs {
-		part := partitionFor(r.key, nparts)
-		byPart[part] = append(byPart[part], r)
-	}
-	var wg sync.WaitGroup
-	for part, rs := range byPart {
-		wg.Add(1)
+		p.metaCalls++
 		go func() {
-			defer wg.Done()
-			l.p.sendPartition(ctx, l.topic, part, rs)
+			mctx, cancel := context.WithTimeout(ctx, p.cfg.AckTimeout)
+			defer cancel()
+			p.metaRes <- p.topics.resolve(mctx, topics, force)
 		}()
 	}
-	wg.Wait()
-	return nil
 }
 
-// dropExpired fails records whose MQTT client has stopped waiting.
-func (p *producer) dropExpired(recs []*record) []*record {
+func (p *producer) applyMeta(ms []topicMeta) {
+	p.metaCalls--
 	now := time.Now()
-	kept := recs[:0]
-	for _, r := range recs {
-		if !r.deadline.IsZero() && now.After(r.deadline) {
-			r.complete(fmt.Errorf("%w: no acknowledgement within %s", ErrKafkaUnavailable, p.cfg.AckTimeout))
-			p.metrics.produceErrors.Inc()
+	for _, m := range ms {
+		tq := p.tqs[m.topic]
+		if tq == nil {
 			continue
 		}
-		kept = append(kept, r)
-	}
-	return kept
-}
-
-// sendPartition writes recs to one partition in order, in chunks bounded by
-// max_batch and max_batch_bytes, one request in flight. A retriable error is
-// retried (same chunk, same order) until the records' deadline; a permanent
-// error fails the chunk and everything after it, so that no later record of
-// this partition overtakes a failed one.
-func (p *producer) sendPartition(ctx context.Context, topic string, part int, recs []*record) {
-	for len(recs) > 0 {
-		n, bytes := 0, 0
-		for n < len(recs) && n < p.cfg.MaxBatch {
-			s := recs[n].size()
-			if n > 0 && bytes+s > p.cfg.MaxBatchBytes {
-				break
-			}
-			bytes += s
-			n++
-		}
-		chunk := recs[:n]
-		err := p.sendChunk(ctx, topic, part, chunk)
-		if err != nil && errors.Is(err, ErrTooLarge) && n > 1 {
-			// Kafka's max.message.bytes limits the whole batch: one large
-			// record, or many small ones together, fail it. Send one by one
-			// so that only records too large on their own are refused.
-			for i, r := range chunk {
-				if err = p.sendChunk(ctx, topic, part, chunk[i:i+1]); err != nil && errors.Is(err, ErrTooLarge) {
-					r.complete(err)
-					p.metrics.produceErrors.Inc()
-					err = nil
-				} else if err != nil {
-					recs = recs[i:]
-					break
+		tq.metaAsked = false
+		if m.err != nil {
+			if errors.Is(m.err, ErrTopicRejected) {
+				p.log.Warn("topic rejected", "topic", m.topic, "err", m.err)
+				tq.rejected, tq.rejectedTil = m.err, now.Add(time.Second)
+				for _, r := range tq.waiting {
+					p.fail(r, m.err, now, false)
+					p.held--
 				}
+				tq.waiting = nil
+				continue
 			}
+			p.log.Debug("topic not ready", "topic", m.topic, "err", m.err)
+			tq.metaFailed, tq.metaRetryAt = true, now.Add(retryBackoff)
+			continue
 		}
-		if err != nil {
-			failAll(recs, err)
-			p.metrics.produceErrors.Add(float64(len(recs)))
-			return
-		}
-		recs = recs[n:]
+		tq.metaFailed, tq.rejected = false, nil
+		p.setLeaders(tq, m.leaders, now)
 	}
 }
 
-func (p *producer) sendChunk(ctx context.Context, topic string, part int, chunk []*record) error {
-	krecs := make([]kafka.Record, len(chunk))
-	backoff := 20 * time.Millisecond
-	for attempt := 0; ; attempt++ {
-		// Fresh readers on every attempt: kafka.Bytes are read to the end by
-		// a produce request, and a retry with spent readers would write
-		// records with empty keys and values.
-		for i, r := range chunk {
-			krecs[i] = kafka.Record{Time: r.received, Key: kafka.NewBytes(r.key), Value: kafka.NewBytes(r.value), Headers: r.headers}
-		}
-		start := time.Now()
-		rctx, cancel := context.WithTimeout(ctx, p.cfg.AckTimeout)
-		res, err := p.client.Produce(rctx, &kafka.ProduceRequest{
-			Topic:        topic,
-			Partition:    part,
-			RequiredAcks: p.acks,
-			Compression:  p.codec,
-			Records:      kafka.NewRecordReader(krecs...),
-		})
-		cancel()
-		if err == nil && res != nil && res.Error != nil {
-			err = res.Error
-		}
-		if err == nil {
-			now := time.Now()
-			p.metrics.produceLatency.Observe(now.Sub(start).Seconds())
-			p.metrics.batchSize.Observe(float64(len(chunk)))
-			p.metrics.recordsProduced.Add(float64(len(chunk)))
-			for _, r := range chunk {
-				p.metrics.publishToAck.Observe(now.Sub(r.received).Seconds())
-				r.complete(nil)
-			}
-			return nil
-		}
-		if !retriable(err) {
-			return classify(err)
-		}
-		if errors.Is(err, kafka.UnknownTopicOrPartition) || errors.Is(err, kafka.NotLeaderForPartition) {
-			p.topics.forget(topic)
-		}
-		// Give up only when every waiting client has given up, or on shutdown.
-		expired := true
-		for _, r := range chunk {
-			if r.deadline.IsZero() || time.Now().Add(backoff).Before(r.deadline) {
-				expired = false
-				break
-			}
-		}
-		if expired || ctx.Err() != nil {
-			return fmt.Errorf("%w: %v", ErrKafkaUnavailable, err)
-		}
-		if attempt == 0 || attempt%50 == 0 {
-			p.log.Warn("produce failed, retrying", "topic", topic, "partition", part, "records", len(chunk), "attempt", attempt+1, "err", err)
-		}
-		if !sleepCtx(ctx, backoff) {
-			return fmt.Errorf("%w: %v", ErrKafkaUnavailable, err)
-		}
-		backoff = min(backoff*2, time.Second)
+func (p *producer) setLeaders(tq *topicQ, leaders []int32, now time.Time) {
+	for i := len(tq.parts); i < len(leaders); i++ {
+		tq.parts = append(tq.parts, &partQ{t: tq, id: int32(i), leader: -1})
 	}
+	for i, pq := range tq.parts {
+		if i >= len(leaders) {
+			break
+		}
+		if pq.leader != leaders[i] {
+			pq.retryAt = now // a new leader: retry at once, not after the backoff
+		}
+		pq.leader = leaders[i]
+	}
+	for _, r := range tq.waiting {
+		p.held--
+		p.push(tq.parts[partitionFor(r.key, len(tq.parts))], r, now)
+	}
+	clear(tq.waiting)
+	tq.waiting = tq.waiting[:0]
 }
 
-func failAll(recs []*record, err error) {
-	for _, r := range recs {
-		r.complete(err)
+func (p *producer) broker(id int32) *brokerQ {
+	b := p.brokers[id]
+	if b == nil {
+		b = &brokerQ{id: id}
+		p.brokers[id] = b
 	}
+	return b
 }
 
 // retriable reports whether a produce error may go away by itself.
@@ -394,14 +521,23 @@ func retriable(err error) bool {
 	if errors.As(err, &nerr) {
 		return true
 	}
-	// Connection refused, EOF, context deadline of one attempt and the like.
+	// Connection refused, EOF, context deadline of one attempt, a stale
+	// leader in the transport's cache and the like.
 	return !errors.Is(err, context.Canceled)
+}
+
+// routingError reports whether err says the leader we sent to is not (or
+// no longer) the partition's leader: metadata must be refreshed at once.
+func routingError(err error) bool {
+	return errors.Is(err, kafka.NotLeaderForPartition) || errors.Is(err, kafka.UnknownTopicOrPartition) ||
+		errors.Is(err, kafka.LeaderNotAvailable) || errors.Is(err, kafka.BrokerNotAvailable) ||
+		errors.Is(err, kafka.ReplicaNotAvailable) || errors.Is(err, kafka.NotController)
 }
 
 // classify turns a permanent Kafka error into one of ours.
 func classify(err error) error {
 	switch {
-	case errors.Is(err, kafka.MessageSizeTooLarge), errors.Is(err, kafka.RecordListTooLarge):
+	case tooLarge(err):
 		return fmt.Errorf("%w: %v", ErrTooLarge, err)
 	case errors.Is(err, kafka.TopicAuthorizationFailed), errors.Is(err, kafka.InvalidTopic):
 		return fmt.Errorf("%w: %v", ErrTopicRejected, err)
@@ -409,15 +545,8 @@ func classify(err error) error {
 	return fmt.Errorf("%w: %v", ErrKafkaRejected, err)
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+func tooLarge(err error) bool {
+	return errors.Is(err, kafka.MessageSizeTooLarge) || errors.Is(err, kafka.RecordListTooLarge)
 }
 
 func compressionCodec(name string) (kafka.Compression, error) {

@@ -5,106 +5,211 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 
 	"github.com/segmentio/kafka-go"
+	createtopicsAPI "github.com/segmentio/kafka-go/protocol/createtopics"
+	metadataAPI "github.com/segmentio/kafka-go/protocol/metadata"
 )
 
-// topicManager knows the partition count of every Kafka topic the bridge
-// writes to and creates missing topics with message.timestamp.type=
-// LogAppendTime, up to a cap. Existing topics are used as they are.
+// topicManager reads the leaders of the Kafka topics the bridge writes to
+// and creates missing topics with message.timestamp.type=LogAppendTime, up
+// to a cap. Existing topics are used as they are.
+//
+// Leaders come from the kafka-go transport's metadata cache, the same view
+// the transport routes produce requests by, so a request grouped by these
+// leaders reaches one broker. refresh forces that cache to be re-read from
+// Kafka at once (kafka-go otherwise keeps it for its MetadataTTL).
 type topicManager struct {
 	cfg     KafkaConfig
 	log     *slog.Logger
 	client  *kafka.Client
+	rt      kafka.RoundTripper
+	addr    net.Addr
 	metrics *metrics
 
 	mu      sync.Mutex
-	known   map[string]int
 	created int
 }
 
-func newTopicManager(cfg KafkaConfig, log *slog.Logger, client *kafka.Client, m *metrics) *topicManager {
-	return &topicManager{cfg: cfg, log: log, client: client, metrics: m, known: make(map[string]int)}
+// topicMeta is what resolve learned about one topic: the leader broker id of
+// each partition (index = partition id, -1 = no leader now), or an error.
+// ErrTopicRejected is permanent; other errors are not.
+type topicMeta struct {
+	topic   string
+	leaders []int32
+	err     error
 }
 
-// partitions returns the partition count of topic, creating the topic when
-// it does not exist. ErrTopicRejected is permanent; other errors are not.
-func (m *topicManager) partitions(ctx context.Context, topic string) (int, error) {
-	m.mu.Lock()
-	n, ok := m.known[topic]
-	m.mu.Unlock()
-	if ok {
-		return n, nil
+func newTopicManager(cfg KafkaConfig, log *slog.Logger, client *kafka.Client, m *metrics) *topicManager {
+	rt := client.Transport
+	if rt == nil {
+		rt = kafka.DefaultTransport
 	}
-	md, err := m.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	return &topicManager{cfg: cfg, log: log, client: client, rt: rt, addr: client.Addr, metrics: m}
+}
+
+// refresh makes the transport fetch fresh metadata now and waits for it. An
+// empty CreateTopics request does it: kafka-go refreshes its cache after
+// every CreateTopics response (transport.go, connPool.roundTrip) and this
+// one creates nothing.
+func (m *topicManager) refresh(ctx context.Context) error {
+	if _, err := m.rt.RoundTrip(ctx, m.addr, &createtopicsAPI.Request{TimeoutMs: 1000}); err != nil {
+		return fmt.Errorf("metadata refresh: %w", err)
+	}
+	return nil
+}
+
+// resolve returns the leaders of topics, creating those that do not exist.
+// force refreshes the metadata cache first (after NOT_LEADER and the like).
+func (m *topicManager) resolve(ctx context.Context, topics []string, force bool) []topicMeta {
+	if force {
+		if err := m.refresh(ctx); err != nil {
+			return failedMeta(topics, err)
+		}
+	}
+	out, missing := m.lookup(ctx, topics)
+	if len(missing) == 0 {
+		return out
+	}
+	created, err := m.create(ctx, missing)
 	if err != nil {
-		return 0, fmt.Errorf("metadata for %q: %w", topic, err)
+		return append(out, failedMeta(missing, err)...)
 	}
+	var again []string
+	for _, t := range missing {
+		if cerr := created[t]; cerr != nil {
+			out = append(out, topicMeta{topic: t, err: cerr})
+		} else {
+			again = append(again, t)
+		}
+	}
+	if len(again) == 0 {
+		return out
+	}
+	// Topics that already existed (made by someone else) may be missing
+	// from the cache until it is refreshed; created ones are there already.
+	if err := m.refresh(ctx); err != nil {
+		return append(out, failedMeta(again, err)...)
+	}
+	found, still := m.lookup(ctx, again)
+	out = append(out, found...)
+	for _, t := range still {
+		out = append(out, topicMeta{topic: t, err: fmt.Errorf("topic %q created, waiting for its partitions", t)})
+	}
+	return out
+}
+
+func failedMeta(topics []string, err error) []topicMeta {
+	out := make([]topicMeta, len(topics))
+	for i, t := range topics {
+		out[i] = topicMeta{topic: t, err: err}
+	}
+	return out
+}
+
+// lookup reads the cached metadata of topics: the known ones with their
+// leaders (or error), and the names Kafka does not know.
+func (m *topicManager) lookup(ctx context.Context, topics []string) (out []topicMeta, missing []string) {
+	res, err := m.rt.RoundTrip(ctx, m.addr, &metadataAPI.Request{TopicNames: topics})
+	if err != nil {
+		return failedMeta(topics, fmt.Errorf("metadata: %w", err)), nil
+	}
+	md, ok := res.(*metadataAPI.Response)
+	if !ok {
+		return failedMeta(topics, fmt.Errorf("metadata: unexpected response %T", res)), nil
+	}
+	seen := make(map[string]bool, len(md.Topics))
 	for _, t := range md.Topics {
-		if t.Name != topic {
+		seen[t.Name] = true
+		terr := kafkaError(t.ErrorCode)
+		switch {
+		case terr == nil && len(t.Partitions) > 0:
+			leaders := make([]int32, len(t.Partitions))
+			for i := range leaders {
+				leaders[i] = -1
+			}
+			for _, p := range t.Partitions {
+				if p.PartitionIndex >= 0 && int(p.PartitionIndex) < len(leaders) && p.ErrorCode == 0 {
+					leaders[p.PartitionIndex] = p.LeaderID
+				}
+			}
+			out = append(out, topicMeta{topic: t.Name, leaders: leaders})
+		case terr == nil || errors.Is(terr, kafka.UnknownTopicOrPartition):
+			missing = append(missing, t.Name)
+		case errors.Is(terr, kafka.TopicAuthorizationFailed), errors.Is(terr, kafka.InvalidTopic):
+			out = append(out, topicMeta{topic: t.Name, err: fmt.Errorf("%w: %q: %v", ErrTopicRejected, t.Name, terr)})
+		default:
+			out = append(out, topicMeta{topic: t.Name, err: fmt.Errorf("metadata for %q: %w", t.Name, terr)})
+		}
+	}
+	for _, t := range topics {
+		if !seen[t] {
+			missing = append(missing, t)
+		}
+	}
+	return out, missing
+}
+
+func kafkaError(code int16) error {
+	if code == 0 {
+		return nil
+	}
+	return kafka.Error(code)
+}
+
+// create creates topics in one request, up to kafka.max_created_topics. It
+// returns, per topic, nil when the topic exists now (created or already
+// there) or the reason it does not.
+func (m *topicManager) create(ctx context.Context, topics []string) (map[string]error, error) {
+	out := make(map[string]error, len(topics))
+	var req []kafka.TopicConfig
+	m.mu.Lock()
+	room := m.cfg.MaxCreatedTopics - m.created
+	m.mu.Unlock()
+	for _, t := range topics {
+		if m.cfg.MaxCreatedTopics > 0 && len(req) >= room {
+			out[t] = fmt.Errorf("%w: %q does not exist and this instance already created kafka.max_created_topics=%d topics", ErrTopicRejected, t, m.cfg.MaxCreatedTopics)
 			continue
 		}
-		switch {
-		case t.Error == nil && len(t.Partitions) > 0:
-			m.mu.Lock()
-			m.known[topic] = len(t.Partitions)
-			m.mu.Unlock()
-			return len(t.Partitions), nil
-		case t.Error == nil || errors.Is(t.Error, kafka.UnknownTopicOrPartition):
-			return 0, m.create(ctx, topic)
-		case errors.Is(t.Error, kafka.TopicAuthorizationFailed), errors.Is(t.Error, kafka.InvalidTopic):
-			return 0, fmt.Errorf("%w: %q: %v", ErrTopicRejected, topic, t.Error)
-		default:
-			return 0, fmt.Errorf("metadata for %q: %w", topic, t.Error)
-		}
+		req = append(req, kafka.TopicConfig{
+			Topic:             t,
+			NumPartitions:     m.cfg.Partitions,
+			ReplicationFactor: m.cfg.ReplicationFactor,
+			ConfigEntries: []kafka.ConfigEntry{
+				{ConfigName: "message.timestamp.type", ConfigValue: "LogAppendTime"},
+			},
+		})
 	}
-	return 0, m.create(ctx, topic)
-}
-
-// create creates topic and returns a retriable "not ready" error: the next
-// metadata request sees the partitions.
-func (m *topicManager) create(ctx context.Context, topic string) error {
-	m.mu.Lock()
-	if m.cfg.MaxCreatedTopics > 0 && m.created >= m.cfg.MaxCreatedTopics {
-		m.mu.Unlock()
-		return fmt.Errorf("%w: %q does not exist and this instance already created kafka.max_created_topics=%d topics", ErrTopicRejected, topic, m.cfg.MaxCreatedTopics)
+	if len(req) == 0 {
+		return out, nil
 	}
-	m.mu.Unlock()
-	res, err := m.client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
-		Topic:             topic,
-		NumPartitions:     m.cfg.Partitions,
-		ReplicationFactor: m.cfg.ReplicationFactor,
-		ConfigEntries: []kafka.ConfigEntry{
-			{ConfigName: "message.timestamp.type", ConfigValue: "LogAppendTime"},
-		},
-	}}})
+	res, err := m.client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: req})
 	if err != nil {
-		return fmt.Errorf("create topic %q: %w", topic, err)
+		return nil, fmt.Errorf("create topics: %w", err)
 	}
-	if terr := res.Errors[topic]; terr != nil && !errors.Is(terr, kafka.TopicAlreadyExists) {
-		if errors.Is(terr, kafka.InvalidTopic) || errors.Is(terr, kafka.TopicAuthorizationFailed) ||
-			errors.Is(terr, kafka.InvalidReplicationFactor) || errors.Is(terr, kafka.InvalidPartitionNumber) ||
-			errors.Is(terr, kafka.PolicyViolation) || errors.Is(terr, kafka.InvalidConfiguration) {
-			return fmt.Errorf("%w: create %q: %v", ErrTopicRejected, topic, terr)
+	for _, tc := range req {
+		t := tc.Topic
+		terr := res.Errors[t]
+		switch {
+		case terr == nil:
+			m.mu.Lock()
+			m.created++
+			m.mu.Unlock()
+			m.metrics.topicsCreated.Inc()
+			m.log.Info("created kafka topic", "topic", t, "partitions", m.cfg.Partitions,
+				"replication_factor", m.cfg.ReplicationFactor, "timestamp_type", "LogAppendTime")
+		case errors.Is(terr, kafka.TopicAlreadyExists):
+		case errors.Is(terr, kafka.InvalidTopic), errors.Is(terr, kafka.TopicAuthorizationFailed),
+			errors.Is(terr, kafka.InvalidReplicationFactor), errors.Is(terr, kafka.InvalidPartitionNumber),
+			errors.Is(terr, kafka.PolicyViolation), errors.Is(terr, kafka.InvalidConfiguration):
+			out[t] = fmt.Errorf("%w: create %q: %v", ErrTopicRejected, t, terr)
+		default:
+			out[t] = fmt.Errorf("create topic %q: %w", t, terr)
 		}
-		return fmt.Errorf("create topic %q: %w", topic, terr)
-	} else if terr == nil {
-		m.mu.Lock()
-		m.created++
-		m.mu.Unlock()
-		m.metrics.topicsCreated.Inc()
-		m.log.Info("created kafka topic", "topic", topic, "partitions", m.cfg.Partitions,
-			"replication_factor", m.cfg.ReplicationFactor, "timestamp_type", "LogAppendTime")
 	}
-	return fmt.Errorf("topic %q created, waiting for its partitions", topic)
-}
-
-// forget drops the cached partition count (after a leader or topic error).
-func (m *topicManager) forget(topic string) {
-	m.mu.Lock()
-	delete(m.known, topic)
-	m.mu.Unlock()
+	return out, nil
 }
 
 // partitionFor picks the partition of a key the way Kafka's Java client does

@@ -1,0 +1,97 @@
+package bridge
+
+import "time"
+
+// topicQ is the producer's state for one Kafka topic: its partitions once
+// their leaders are known, and the records that arrived before.
+type topicQ struct {
+	name    string
+	parts   []*partQ  // nil until the first metadata answer
+	waiting []*record // records that arrived before parts were known
+
+	metaAsked   bool      // a metadata request for this topic is pending
+	metaFailed  bool      // the last metadata attempt failed: the topic is stalled
+	metaRetryAt time.Time // next metadata attempt after a failure
+	rejected    error     // permanent error (name, cap, authorization), for a while
+	rejectedTil time.Time
+	lastUsed    time.Time
+
+	// Set while a request is being built: which entry of call.req.Topics
+	// holds this topic.
+	call    *produceCall
+	callIdx int
+}
+
+func (t *topicQ) empty() bool {
+	if len(t.waiting) > 0 {
+		return false
+	}
+	for _, p := range t.parts {
+		if len(p.q) > 0 || p.inflight {
+			return false
+		}
+	}
+	return true
+}
+
+// partQ is one partition's queue. At most one produce request per partition
+// is in flight, so its records reach Kafka in queue order; a retry sends the
+// same records again before any later one.
+type partQ struct {
+	t      *topicQ
+	id     int32
+	leader int32 // broker id, -1 = no leader known
+
+	q        []*record // queued, oldest first
+	since    time.Time // when q last went from empty to non-empty (linger)
+	flight   []*record // in the request in flight
+	inflight bool
+	listed   bool // in producer.ready
+
+	failures int // consecutive failed attempts; > 0 = stalled
+	backoff  time.Duration
+	retryAt  time.Time
+	single   int // send this many records one per request (after a batch was too large)
+}
+
+// stalled reports whether the partition is known not to make progress now:
+// then records beyond its cap are refused at once instead of holding up
+// every other partition.
+func (p *partQ) stalled() bool { return p.failures > 0 || p.leader < 0 || p.t.metaFailed }
+
+// take removes the first n records of q, keeping its backing array.
+func (p *partQ) take(n int) {
+	m := copy(p.q, p.q[n:])
+	clear(p.q[m:])
+	p.q = p.q[:m]
+}
+
+// requeue puts the unfinished records of the failed request back in front
+// of q, in their order. It returns how many finished ones (failed while in
+// flight) it dropped.
+func (p *partQ) requeue() (finished int) {
+	live := p.flight[:0]
+	for _, r := range p.flight {
+		if r.finished.Load() {
+			finished++
+			continue
+		}
+		live = append(live, r)
+	}
+	if len(live) > 0 {
+		q := make([]*record, 0, len(live)+len(p.q))
+		q = append(q, live...)
+		p.q = append(q, p.q...)
+	}
+	clear(p.flight)
+	p.flight = p.flight[:0]
+	p.inflight = false
+	return finished
+}
+
+// brokerQ counts the requests in flight to one broker.
+type brokerQ struct {
+	id       int32
+	inflight int
+	building *produceCall
+}

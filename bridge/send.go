@@ -1,0 +1,351 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
+	produceAPI "github.com/segmentio/kafka-go/protocol/produce"
+)
+
+// produceCall is one produce request to one broker: a chunk of every ready
+// partition led by that broker, across topics.
+type produceCall struct {
+	b       *brokerQ
+	parts   []*partQ
+	req     produceAPI.Request
+	slots   []callSlot // where each partition sits in req
+	bytes   int
+	records int
+
+	start time.Time
+	res   *produceAPI.Response
+	err   error
+}
+
+// callSlot places one partition in a request; err is its outcome.
+type callSlot struct {
+	pq     *partQ
+	ti, pi int // index in req.Topics and in its Partitions
+	err    error
+}
+
+// dispatch sends one request to each broker that has ready partitions and
+// fewer than maxBrokerInflight requests in flight; it carries every ready
+// partition that broker leads.
+func (p *producer) dispatch(ctx context.Context) {
+	if len(p.ready) == 0 || p.dead {
+		return
+	}
+	now := time.Now()
+	var calls []*produceCall
+	n := len(p.ready)
+	kept := p.ready[:0]
+	for _, pq := range p.ready {
+		if len(pq.q) == 0 || pq.inflight {
+			pq.listed = false
+			continue
+		}
+		if pq.leader < 0 || now.Before(pq.retryAt) || !p.lingered(pq, now) {
+			kept = append(kept, pq)
+			continue
+		}
+		b := p.broker(pq.leader)
+		c := b.building
+		if c == nil {
+			if b.inflight >= maxBrokerInflight {
+				kept = append(kept, pq)
+				continue
+			}
+			c = &produceCall{b: b, req: produceAPI.Request{Acks: int16(p.acks), Timeout: int32(p.cfg.AckTimeout / time.Millisecond)}}
+			b.building = c
+			calls = append(calls, c)
+		}
+		if !p.add(c, pq, now) {
+			if len(pq.q) > 0 {
+				kept = append(kept, pq)
+			} else {
+				pq.listed = false
+			}
+			continue
+		}
+		pq.listed = false
+	}
+	clear(p.ready[len(kept):n])
+	p.ready = kept
+	for _, c := range calls {
+		c.b.building = nil
+		for i := range c.req.Topics {
+			p.tqs[c.req.Topics[i].Topic].call = nil
+		}
+		if len(c.parts) == 0 {
+			continue
+		}
+		c.b.inflight++
+		p.calls++
+		go p.send(ctx, c)
+	}
+}
+
+func (p *producer) lingered(pq *partQ, now time.Time) bool {
+	return p.cfg.Linger <= 0 || p.closing || len(pq.q) >= p.cfg.MaxBatch || now.Sub(pq.since) >= p.cfg.Linger
+}
+
+// add moves a chunk of pq's queue (bounded by max_batch, max_batch_bytes
+// and what the request still takes) into c. It reports whether pq is now in
+// flight. Records that expired or must keep their key's order are failed on
+// the way.
+func (p *producer) add(c *produceCall, pq *partQ, now time.Time) bool {
+	limit := p.cfg.MaxBatch
+	if pq.single > 0 {
+		limit = 1
+	}
+	i, n, bytes := 0, 0, 0
+	for i < len(pq.q) && n < limit {
+		r := pq.q[i]
+		if p.drop(r, now) {
+			pq.q[i] = nil
+			i++
+			continue
+		}
+		s := r.size()
+		if n > 0 && bytes+s > p.cfg.MaxBatchBytes {
+			break
+		}
+		if c.bytes > 0 && c.bytes+bytes+s > p.reqBytes {
+			break // the request is full: next one
+		}
+		pq.flight = append(pq.flight, r)
+		bytes += s
+		n++
+		i++
+	}
+	if i > 0 {
+		pq.take(i)
+	}
+	if n == 0 {
+		return false
+	}
+	tq := pq.t
+	if tq.call != c {
+		tq.call, tq.callIdx = c, len(c.req.Topics)
+		c.req.Topics = append(c.req.Topics, produceAPI.RequestTopic{Topic: tq.name})
+	}
+	rt := &c.req.Topics[tq.callIdx]
+	c.slots = append(c.slots, callSlot{pq: pq, ti: tq.callIdx, pi: len(rt.Partitions)})
+	rt.Partitions = append(rt.Partitions, produceAPI.RequestPartition{
+		Partition: pq.id,
+		RecordSet: protocol.RecordSet{Attributes: protocol.Attributes(p.codec) & 0x7},
+	})
+	c.parts = append(c.parts, pq)
+	c.bytes += bytes
+	c.records += n
+	pq.inflight = true
+	return true
+}
+
+// send runs one request on its own goroutine: it encodes the records,
+// waits for Kafka and acknowledges the records of the partitions that
+// succeeded (their clients need not wait for the loop); the loop settles
+// the rest. The partitions' flight records are not changed while in flight.
+func (p *producer) send(ctx context.Context, c *produceCall) {
+	var krecs []kafka.Record
+	for _, sl := range c.slots {
+		start := len(krecs)
+		for _, r := range sl.pq.flight {
+			// Fresh readers for every attempt: a produce request reads them
+			// to the end; a retry with spent readers would write empty records.
+			krecs = append(krecs, kafka.Record{Time: r.received, Key: kafka.NewBytes(r.key), Value: kafka.NewBytes(r.value), Headers: r.headers})
+		}
+		c.req.Topics[sl.ti].Partitions[sl.pi].RecordSet.Records = protocol.NewRecordReader(krecs[start:]...)
+	}
+	rctx, cancel := context.WithTimeout(ctx, p.cfg.AckTimeout)
+	c.start = time.Now()
+	res, err := p.rt.RoundTrip(rctx, p.addr, &c.req)
+	cancel()
+	switch {
+	case err != nil:
+		c.err = err
+	case res == nil && p.acks == kafka.RequireNone:
+	default:
+		var ok bool
+		if c.res, ok = res.(*produceAPI.Response); !ok {
+			c.err = fmt.Errorf("produce: unexpected response %T", res)
+		}
+	}
+	if c.err == nil {
+		p.settle(c)
+	}
+	p.results <- c
+}
+
+// settle gives each slot its outcome from the response and acknowledges
+// the records of those that succeeded.
+func (p *producer) settle(c *produceCall) {
+	now := time.Now()
+	for i := range c.slots {
+		c.slots[i].err = errNoPartitionAnswer
+	}
+	if c.res == nil { // acks=none: no response
+		for i := range c.slots {
+			c.slots[i].err = nil
+		}
+	} else {
+		f := newSlotFinder(c)
+		for i := range c.res.Topics {
+			rt := &c.res.Topics[i]
+			for j := range rt.Partitions {
+				rp := &rt.Partitions[j]
+				sl := f.find(rt.Topic, rp.Partition, i, j)
+				if sl == nil {
+					continue
+				}
+				sl.err = nil
+				if rp.ErrorCode != 0 {
+					sl.err = kafka.Error(rp.ErrorCode)
+					if rp.ErrorMessage != "" {
+						sl.err = fmt.Errorf("%w: %s", sl.err, rp.ErrorMessage)
+					}
+				}
+			}
+		}
+	}
+	p.metrics.produceLatency.Observe(now.Sub(c.start).Seconds())
+	p.metrics.batchSize.Observe(float64(c.records))
+	for _, sl := range c.slots {
+		if sl.err != nil {
+			continue
+		}
+		for _, r := range sl.pq.flight {
+			if r.finish() {
+				p.metrics.publishToAck.Observe(now.Sub(r.received).Seconds())
+				r.complete(nil)
+			}
+		}
+		p.metrics.recordsProduced.Add(float64(len(sl.pq.flight)))
+	}
+}
+
+// slotFinder finds the slot of a response partition: at the same place as
+// in the request (Kafka answers in request order), else by name.
+type slotFinder struct {
+	c   *produceCall
+	idx [][]int // [topic index][partition index] -> slot
+}
+
+func newSlotFinder(c *produceCall) *slotFinder {
+	f := &slotFinder{c: c, idx: make([][]int, len(c.req.Topics))}
+	for i := range c.req.Topics {
+		f.idx[i] = make([]int, len(c.req.Topics[i].Partitions))
+	}
+	for k, sl := range c.slots {
+		f.idx[sl.ti][sl.pi] = k
+	}
+	return f
+}
+
+func (f *slotFinder) find(topic string, part int32, ti, pi int) *callSlot {
+	c := f.c
+	if ti < len(f.idx) && pi < len(f.idx[ti]) {
+		if sl := &c.slots[f.idx[ti][pi]]; sl.pq.t.name == topic && sl.pq.id == part {
+			return sl
+		}
+	}
+	for k := range c.slots {
+		if sl := &c.slots[k]; sl.pq.t.name == topic && sl.pq.id == part {
+			return sl
+		}
+	}
+	return nil
+}
+
+var errNoPartitionAnswer = errors.New("partition missing from the produce response")
+
+// finish applies the outcome of a request to each of its partitions.
+func (p *producer) finish(c *produceCall) {
+	p.calls--
+	c.b.inflight--
+	now := time.Now()
+	for _, sl := range c.slots {
+		err := c.err // the whole request failed: every partition retries
+		if err == nil {
+			err = sl.err
+		}
+		p.outcome(sl.pq, err, now)
+	}
+}
+
+// outcome settles the records pq had in flight.
+func (p *producer) outcome(pq *partQ, err error, now time.Time) {
+	switch {
+	case err == nil: // acknowledged by settle
+		p.held -= len(pq.flight)
+		if pq.single > 0 {
+			pq.single -= len(pq.flight)
+		}
+		clear(pq.flight)
+		pq.flight = pq.flight[:0]
+		pq.inflight = false
+		pq.failures, pq.backoff = 0, 0
+	case tooLarge(err) && len(pq.flight) > 1:
+		// Kafka's max.message.bytes limits the whole batch: send these
+		// records one by one, so that only those too large on their own
+		// are refused.
+		pq.single = len(pq.flight)
+		p.held -= pq.requeue()
+	case tooLarge(err):
+		p.fail(pq.flight[0], classify(err), now, false) // can never be written: blocks nobody
+		p.held -= len(pq.flight)
+		if pq.single > 0 {
+			pq.single--
+		}
+		clear(pq.flight)
+		pq.flight = pq.flight[:0]
+		pq.inflight = false
+	case !retriable(err) || p.dead:
+		if p.dead {
+			err = fmt.Errorf("%w: %v", errShutdown, err)
+		} else {
+			err = classify(err)
+		}
+		for _, r := range pq.flight {
+			p.fail(r, err, now, true)
+		}
+		p.held -= len(pq.flight)
+		clear(pq.flight)
+		pq.flight = pq.flight[:0]
+		pq.inflight = false
+	default:
+		p.held -= pq.requeue()
+		pq.failures++
+		pq.backoff = min(max(2*pq.backoff, 20*time.Millisecond), time.Second)
+		pq.retryAt = now.Add(pq.backoff)
+		if routingError(err) || errors.Is(err, errNoPartitionAnswer) || !isKafkaError(err) {
+			// A leader error, or a transport-level one (the leader's
+			// connection broke, a stale route in kafka-go's cache): fetch
+			// fresh metadata from Kafka now; kafka-go would keep its cache
+			// for its TTL.
+			p.wantMeta(pq.t, true)
+		}
+		if pq.failures == 1 || pq.failures%50 == 0 {
+			p.log.Warn("produce failed, retrying", "topic", pq.t.name, "partition", pq.id, "records", len(pq.q), "attempt", pq.failures, "err", err)
+		}
+	}
+	if p.dead {
+		for _, r := range pq.q {
+			p.fail(r, errShutdown, now, false)
+			p.held--
+		}
+		clear(pq.q)
+		pq.q = pq.q[:0]
+	}
+	p.list(pq)
+}
+
+func isKafkaError(err error) bool {
+	var kerr kafka.Error
+	return errors.As(err, &kerr)
+}
