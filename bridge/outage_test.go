@@ -175,12 +175,12 @@ func TestRingFullKafkaPaused(t *testing.T) {
 	}
 	mu.Unlock()
 	rssPaused := vmRSS(t) >> 10
-	// The memory bound: while Kafka is frozen the producer holds at most a
-	// partition queue plus one request per partition (4 + 1 batches of 16),
-	// and the rest waits in the 16-slot ring or is dropped (QoS 0) or held
-	// back in the clients (QoS 1, whose hook calls wait for ring room).
+	// The memory bound: while Kafka is frozen the producer holds at most
+	// 16 x kafka.max_batch records (README), and the rest waits in the
+	// 16-slot ring or is dropped (QoS 0) or held back in the clients (QoS 1,
+	// whose hook calls wait for ring room).
 	held := metricValue(t, b, "ferry_kafka_producer_records_held", nil)
-	bound := float64(2 * (4*cfg.Kafka.MaxBatch + cfg.Kafka.MaxBatch))
+	bound := float64(16 * cfg.Kafka.MaxBatch)
 	ring := metricValue(t, b, "ferry_ring_depth", nil)
 	kb.Resume()
 	t.Logf("kafka paused for %s", time.Since(paused).Round(time.Millisecond))

@@ -55,8 +55,7 @@ type partQ struct {
 }
 
 // stalled reports whether the partition is known not to make progress now:
-// then records beyond its cap are refused at once instead of holding up
-// every other partition.
+// then records beyond its cap do not hold up every other partition.
 func (p *partQ) stalled() bool { return p.failures > 0 || p.leader < 0 || p.t.metaFailed }
 
 // take removes the first n records of q, keeping its backing array.

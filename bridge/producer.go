@@ -75,8 +75,9 @@ func (r *record) expired(now time.Time) bool {
 // the ring when it holds heldCap records, or when a healthy partition is at
 // partCap (it drains within a round trip); the ring then fills and MQTT
 // clients feel the backpressure. A stalled partition (failing, leaderless,
-// or its topic's metadata failing) at partCap refuses further records at
-// once (QoS 1/2: quota exceeded; QoS 0: dropped and counted) instead.
+// or its topic's metadata failing) at partCap does not stop the loop: it
+// drops further QoS 0 records (counted) and keeps QoS 1/2 ones, which fail
+// at their deadline and are bounded by heldCap and the clients' windows.
 //
 // Every QoS 1/2 record fails at its own deadline, whatever shares its
 // request; QoS 0 records retry while the bridge runs. State of topics idle
@@ -269,12 +270,12 @@ func (p *producer) place(r *record, now time.Time) bool {
 			p.fail(r, tq.rejected, now, false)
 			return true
 		}
-		if len(tq.waiting) >= p.partCap {
-			if tq.metaFailed {
-				p.refuseFull(r, now)
-				return true
-			}
+		if len(tq.waiting) >= p.partCap && !tq.metaFailed {
 			return false
+		}
+		if len(tq.waiting) >= p.partCap && r.done == nil {
+			p.metrics.drops.WithLabelValues("ring_full").Inc()
+			return true
 		}
 		tq.waiting = append(tq.waiting, r)
 		p.held++
@@ -284,12 +285,12 @@ func (p *producer) place(r *record, now time.Time) bool {
 		return true
 	}
 	pq := tq.parts[partitionFor(r.key, len(tq.parts))]
-	if len(pq.q) >= p.partCap {
-		if pq.stalled() {
-			p.refuseFull(r, now)
-			return true
-		}
+	if len(pq.q) >= p.partCap && !pq.stalled() {
 		return false
+	}
+	if len(pq.q) >= p.partCap && r.done == nil {
+		p.metrics.drops.WithLabelValues("ring_full").Inc()
+		return true
 	}
 	p.push(pq, r, now)
 	return true
@@ -309,15 +310,6 @@ func (p *producer) list(pq *partQ) {
 		pq.listed = true
 		p.ready = append(p.ready, pq)
 	}
-}
-
-// refuseFull turns away a record for a stalled partition at its cap.
-func (p *producer) refuseFull(r *record, now time.Time) {
-	if r.done == nil {
-		p.metrics.drops.WithLabelValues("ring_full").Inc()
-		return
-	}
-	p.fail(r, fmt.Errorf("%w: partition of %q is not accepting records and already holds %d", ErrRingFull, r.topic, p.partCap), now, true)
 }
 
 // fail reports err for a record the producer holds no more (not counted in

@@ -108,8 +108,8 @@ func TestProducerAckTimeoutHoldsWithQoS0(t *testing.T) {
 
 // Finding 3: a topic whose partition has no leader, and one whose partition
 // keeps failing, fill their queues; records of healthy topics are still
-// produced at once, QoS 1 records beyond a stalled partition's cap are
-// refused at once, QoS 0 ones dropped and counted.
+// produced; QoS 0 records beyond a stalled partition's cap are dropped and
+// counted, QoS 1 ones wait and fail at their own deadline.
 func TestProducerStalledPartitionsIsolated(t *testing.T) {
 	fk := newFakeKafka()
 	fk.addTopic("leaderless", -1)
@@ -130,17 +130,19 @@ func TestProducerStalledPartitionsIsolated(t *testing.T) {
 		for i := range 3 * partCap {
 			h.send(topic, "k", fmt.Sprint(i), 0)
 		}
-		// Once the partition is stalled and full, QoS 1 is refused at once.
-		refused = append(refused, h.send(topic, "k2", "q1", 1))
+		// Once the partition is stalled and full, QoS 1 still queues and
+		// fails at its deadline.
+		r, o := h.rec(topic, "k2", "q1", 1, time.Second)
+		h.push(r)
+		refused = append(refused, o)
 	}
 	for i, o := range refused {
-		// At once: long before the ack timeout (10 s).
 		err, at := o.wait(t, 10*time.Second)
-		if !errors.Is(err, ErrRingFull) {
-			t.Fatalf("QoS 1 to stalled partition %d: err = %v, want ErrRingFull at once", i, err)
+		if !errors.Is(err, ErrKafkaUnavailable) {
+			t.Fatalf("QoS 1 to stalled partition %d: err = %v, want ErrKafkaUnavailable at its deadline", i, err)
 		}
 		if took := at.Sub(start); took > 5*time.Second {
-			t.Fatalf("QoS 1 to stalled partition %d refused only after %s", i, took)
+			t.Fatalf("QoS 1 to stalled partition %d failed only after %s (deadline 1s)", i, took)
 		}
 	}
 	// The stalled partitions never recover: a blocked dispatcher would let
