@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -176,14 +177,23 @@ func verifyAcked(t *testing.T, brokers string, ledger *ackLedger) (acked, record
 	return acked, records, dups
 }
 
+// freeAddr returns a 127.0.0.1 address with a port nobody listens on now.
+// The port is drawn from 10000-32767, below Linux's ephemeral range
+// (32768-60999): tests restart bridges and brokers on the same address after
+// a kill, and a port of the ephemeral range can be taken meanwhile by any
+// outgoing connection on the machine.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 200 {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 10000+rand.IntN(22768)))
+		if err != nil {
+			continue
+		}
+		defer l.Close()
+		return l.Addr().String()
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatal("no free port in 10000-32767")
+	return ""
 }
 
 // childBridge runs this test binary as a bridge process.

@@ -121,12 +121,14 @@ fetch() {
 # port_in_use PORT: true when something accepts connections on 127.0.0.1:PORT.
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-# pick_port PREFERRED [EXCLUDE]: PREFERRED when free, else a free port in 20000-59999.
+# pick_port PREFERRED [EXCLUDE]: PREFERRED when free, else a free port in 20000-32767: below
+# Linux's ephemeral range (32768-60999), so that an outgoing connection cannot take the port of
+# a broker that was killed and is about to restart on it.
 pick_port() {
 	local p=$1 exclude=${2:-0} i
 	if [[ "$p" != "$exclude" ]] && ! port_in_use "$p"; then echo "$p"; return 0; fi
 	for ((i = 0; i < 200; i++)); do
-		p=$((20000 + RANDOM % 40000))
+		p=$((20000 + RANDOM % 12768))
 		if [[ "$p" != "$exclude" ]] && ! port_in_use "$p"; then echo "$p"; return 0; fi
 	done
 	die "no free port found"
