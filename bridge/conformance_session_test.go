@@ -349,22 +349,7 @@ func TestConformanceWillV311(t *testing.T) {
 	}
 	clean := connectPaho(t, b.MQTTAddr(), "will3-clean-"+randHex(3), func(o *pahov3.ClientOptions) { o.SetWill(topic, "clean", 1, false) })
 	clean.Disconnect(100)
-	// A connection dropped without DISCONNECT: a raw client whose socket is
-	// closed (paho always sends DISCONNECT).
-	o := pahov3.NewClientOptions().AddBroker("tcp://"+b.MQTTAddr()).SetClientID("will3-drop-"+randHex(3)).
-		SetWill(topic, "dropped", 1, false).SetAutoReconnect(false).SetKeepAlive(2 * time.Second).
-		SetPingTimeout(time.Hour)
-	var conn net.Conn
-	o.SetCustomOpenConnectionFn(func(uri *url.URL, _ pahov3.ClientOptions) (net.Conn, error) {
-		c, err := net.DialTimeout("tcp", uri.Host, 5*time.Second)
-		conn = c
-		return c, err
-	})
-	dropper := pahov3.NewClient(o)
-	if tok := dropper.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("connect: %v", tok.Error())
-	}
-	conn.Close()
+	dropWithWill(t, b.MQTTAddr(), "will3-drop-"+randHex(3), topic, "dropped", false)
 	select {
 	case p := <-got:
 		if p != "dropped" {
@@ -384,20 +369,7 @@ func TestWillReachesKafka(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	b := startBridge(t, testConfig(brokers))
 	topic := uniqueTopic("will")
-	o := pahov3.NewClientOptions().AddBroker("tcp://"+b.MQTTAddr()).SetClientID("will-kafka-"+randHex(3)).
-		SetWill(topic, "gone", 1, true).SetAutoReconnect(false).SetKeepAlive(2 * time.Second).
-		SetPingTimeout(time.Hour)
-	var conn net.Conn
-	o.SetCustomOpenConnectionFn(func(uri *url.URL, _ pahov3.ClientOptions) (net.Conn, error) {
-		c, err := net.DialTimeout("tcp", uri.Host, 5*time.Second)
-		conn = c
-		return c, err
-	})
-	c := pahov3.NewClient(o)
-	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("connect: %v", tok.Error())
-	}
-	conn.Close() // no DISCONNECT: the Will is published
+	dropWithWill(t, b.MQTTAddr(), "will-kafka-"+randHex(3), topic, "gone", true)
 	msgs := readTopic(t, strings.Split(brokers, ","), kafkaName(t, topic), 1, 20*time.Second)
 	if got := string(msgs[0].Value); got != "gone" {
 		t.Fatalf("Kafka record value %q, want the Will payload \"gone\"", got)
@@ -426,4 +398,25 @@ func TestConformanceResendOrder(t *testing.T) {
 			t.Fatalf("run %d: resent in the order %v, want [unacked q1 q2]", i, order)
 		}
 	}
+}
+
+// dropWithWill connects a 3.1.1 client with a QoS 1 Will and closes its
+// socket without DISCONNECT (paho always sends one), so the server must
+// publish the Will.
+func dropWithWill(t *testing.T, addr, id, topic, payload string, retain bool) {
+	t.Helper()
+	o := pahov3.NewClientOptions().AddBroker("tcp://"+addr).SetClientID(id).
+		SetWill(topic, payload, 1, retain).SetAutoReconnect(false).SetKeepAlive(2 * time.Second).
+		SetPingTimeout(time.Hour)
+	var conn net.Conn
+	o.SetCustomOpenConnectionFn(func(uri *url.URL, _ pahov3.ClientOptions) (net.Conn, error) {
+		c, err := net.DialTimeout("tcp", uri.Host, 5*time.Second)
+		conn = c
+		return c, err
+	})
+	c := pahov3.NewClient(o)
+	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	conn.Close()
 }
