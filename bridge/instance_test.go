@@ -174,12 +174,8 @@ func TestInstanceCheckOffWhenTopicRefused(t *testing.T) {
 	})
 	// /readyz also waits for the first Kafka reachability check (every
 	// second): poll, a check that blocks readiness never turns it 200.
-	var code int
-	var body string
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if code, body = readyz(t, b.HTTPAddr()); code == http.StatusOK {
-			return
-		}
-	}
-	t.Fatalf("/readyz %d %s, want 200 (the check being off does not block)", code, body)
+	waitFor(t, 10*time.Second, "/readyz 200 (the check being off does not block)", func() bool {
+		code, _ := readyz(t, b.HTTPAddr())
+		return code == http.StatusOK
+	})
 }

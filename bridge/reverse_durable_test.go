@@ -276,15 +276,7 @@ func TestReverseOfflineBacklogNeverSilent(t *testing.T) {
 		}
 	}
 	col := &dupCollector{}
-	sub := connectPaho(t, b.MQTTAddr(), subID, opts(col))
-	if tok := sub.Subscribe(m, 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscribe: %v", tok.Error())
-	}
-	sub.Disconnect(100)
-	waitFor(t, 10*time.Second, "session offline", func() bool {
-		cl, ok := b.server.Clients.Get(subID)
-		return ok && cl.Closed()
-	})
+	subscribeThenGoOffline(t, b, subID, m, opts(col))
 	produceAll(t, kgoProducer(t, brokers), seqRecords(k, n, 1))
 	waitFor(t, 60*time.Second, "records published", func() bool {
 		return metricValue(t, b, "ferry_reverse_published_total", nil) >= n

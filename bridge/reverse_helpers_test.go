@@ -184,3 +184,19 @@ func metricValue(t testing.TB, b *Bridge, name string, labels map[string]string)
 	t.Helper()
 	return counterValue(t, b.reg, name, labels)
 }
+
+// subscribeThenGoOffline connects a persistent (CleanSession false) paho
+// client as subID, subscribes it to filter at QoS 1, disconnects it and
+// waits until the bridge holds its session offline.
+func subscribeThenGoOffline(t *testing.T, b *Bridge, subID, filter string, opts func(*paho.ClientOptions)) {
+	t.Helper()
+	sub := connectPaho(t, b.MQTTAddr(), subID, opts)
+	if tok := sub.Subscribe(filter, 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	sub.Disconnect(100)
+	waitFor(t, 10*time.Second, "session offline", func() bool {
+		cl, ok := b.server.Clients.Get(subID)
+		return ok && cl.Closed()
+	})
+}

@@ -166,16 +166,8 @@ func TestReversePersistentSessionRedelivery(t *testing.T) {
 	b := startBridge(t, reverseConfig(brokers, k))
 	subID := "persist-sub-" + randHex(4)
 	col := &dupCollector{}
-	sub := connectPaho(t, b.MQTTAddr(), subID, func(o *paho.ClientOptions) {
+	subscribeThenGoOffline(t, b, subID, m, func(o *paho.ClientOptions) {
 		o.SetOrderMatters(true).SetCleanSession(false).SetDefaultPublishHandler(col.handler)
-	})
-	if tok := sub.Subscribe(m, 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscribe: %v", tok.Error())
-	}
-	sub.Disconnect(100)
-	waitFor(t, 10*time.Second, "session offline", func() bool {
-		cl, ok := b.server.Clients.Get(subID)
-		return ok && cl.Closed()
 	})
 	produceAll(t, kgoProducer(t, brokers), seqRecords(k, n, 1))
 	waitFor(t, 30*time.Second, "records published", func() bool {
