@@ -239,7 +239,18 @@ func (c *instanceCheck) announce(ctx context.Context, cl *kgo.Client) {
 	defer t.Stop()
 	warned := false
 	for {
-		err := cl.ProduceSync(ctx, &kgo.Record{Topic: instancesTopic, Key: []byte(c.id), Value: value}).FirstErr()
+		// Not ProduceSync: a record already in a produce request is not
+		// failed by its context, and against a Kafka that stopped answering
+		// it would hold the shutdown for kgo's request timeout. On stop the
+		// heartbeat is abandoned; Run's cl.Close fails it.
+		res := make(chan error, 1)
+		cl.Produce(ctx, &kgo.Record{Topic: instancesTopic, Key: []byte(c.id), Value: value}, func(_ *kgo.Record, err error) { res <- err })
+		var err error
+		select {
+		case err = <-res:
+		case <-ctx.Done():
+			return
+		}
 		if err != nil && ctx.Err() == nil && !warned {
 			warned = true
 			c.log.Warn("cannot write the instance heartbeat: the duplicate instance.id check does not work while this lasts", "topic", instancesTopic, "err", err)

@@ -6,11 +6,14 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-bridge/ferry/internal/kafkatest"
 )
@@ -178,4 +181,40 @@ func TestInstanceCheckOffWhenTopicRefused(t *testing.T) {
 		code, _ := readyz(t, b.HTTPAddr())
 		return code == http.StatusOK
 	})
+}
+
+// TestCloseWhileKafkaStopsAnswering: Kafka (kfake) accepts the instance
+// heartbeat's produce request and never answers it. Closing the bridge must
+// still return promptly and without error: a heartbeat is best effort and
+// must not hold a shutdown for kgo's request timeout (it did: "instance
+// check close: context deadline exceeded" after 5s).
+func TestCloseWhileKafkaStopsAnswering(t *testing.T) {
+	fake, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	defer fake.Close()
+	defer close(release)
+	b := startBridge(t, testConfig(strings.Join(fake.ListenAddrs(), ",")))
+	waitFor(t, 20*time.Second, "own first heartbeat read back", func() bool { return armed(b) })
+
+	var held atomic.Int32
+	// Every produce request from here on (only heartbeats: nothing is
+	// published) is held until the test ends.
+	fake.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		fake.KeepControl()
+		held.Add(1)
+		fake.SleepControl(func() { <-release })
+		return nil, nil, false
+	})
+	waitFor(t, 3*instanceHeartbeat, "a heartbeat held unanswered", func() bool { return held.Load() > 0 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := b.Close(ctx); err != nil {
+		t.Fatalf("Close with a heartbeat unanswered: %v (after %s)", err, time.Since(start).Round(time.Millisecond))
+	}
+	t.Logf("closed in %s with a heartbeat unanswered", time.Since(start).Round(time.Millisecond))
 }

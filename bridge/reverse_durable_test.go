@@ -22,8 +22,12 @@ import (
 )
 
 // startReverseChild starts this test binary as a bridge process consuming
-// topics, with storage.dir dir ("" for none), on mqttAddr. It is killed at
-// the end of the test if still running.
+// topics from their first record (start_offset earliest: the tests produce
+// right after "ready", while the group may still be listing offsets, and
+// franz-go resolves "after time T" of an empty partition with a second
+// listing, so a record appended between the two would be skipped), with
+// storage.dir dir ("" for none), on mqttAddr. It is killed at the end of
+// the test if still running.
 func startReverseChild(t *testing.T, brokers, instance, mqttAddr, dir string, topics ...string) *childBridge {
 	t.Helper()
 	var quoted []string
@@ -31,7 +35,7 @@ func startReverseChild(t *testing.T, brokers, instance, mqttAddr, dir string, to
 		quoted = append(quoted, strconv.Quote(k))
 	}
 	yaml := fmt.Sprintf("instance: {id: %s}\nmqtt: {listen: %q}\nhttp: {listen: \"\"}\nkafka: {brokers: [%s]}\n"+
-		"reverse: {topics: [%s]}\nstorage: {dir: %q}\n",
+		"reverse: {topics: [%s], start_offset: earliest}\nstorage: {dir: %q}\n",
 		instance, mqttAddr, strings.Join(quotedAddrs(brokers), ", "), strings.Join(quoted, ", "), dir)
 	file := filepath.Join(t.TempDir(), "child.yaml")
 	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
