@@ -164,11 +164,15 @@ func TestRingFullKafkaPaused(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	mu.Lock()
 	ackedDuringPause := 0
-	for _, tok := range toks {
+	var ackedIdx []int // which ones (a diagnosis: the first few would mean a late freeze)
+	for i, tok := range toks {
 		select {
 		case <-tok.Done():
 			if tok.Error() == nil {
 				ackedDuringPause++
+				if len(ackedIdx) < 10 {
+					ackedIdx = append(ackedIdx, i)
+				}
 			}
 		default:
 		}
@@ -186,7 +190,7 @@ func TestRingFullKafkaPaused(t *testing.T) {
 	t.Logf("kafka paused for %s", time.Since(paused).Round(time.Millisecond))
 	wg.Wait()
 	if ackedDuringPause != 0 {
-		t.Fatalf("%d QoS1 publishes were acknowledged while Kafka was frozen", ackedDuringPause)
+		t.Fatalf("%d QoS1 publishes were acknowledged while Kafka was frozen (the first: %v)", ackedDuringPause, ackedIdx)
 	}
 	for i, tok := range toks {
 		if !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {

@@ -376,6 +376,23 @@ cmd_signal() {
 	local sig=$1 pid
 	pid=$(running_pid) || die "not running"
 	kill "-$sig" "$pid"
+	if [[ $sig == STOP ]]; then
+		# SIGSTOP takes effect thread by thread: return only once every
+		# thread of the JVM is stopped, so that a caller's next request
+		# cannot be answered (bounded: 5 s).
+		local i f line state running
+		for ((i = 0; i < 100; i++)); do
+			running=0
+			for f in /proc/"$pid"/task/*/stat; do
+				line=$(<"$f") 2>/dev/null || continue # a thread that just ended
+				state=${line##*) } # after the thread name, which may hold spaces
+				[[ ${state%% *} == [Tt] ]] || running=1
+			done
+			((running == 0)) && break
+			sleep 0.05
+		done
+		((running == 0)) || die "broker pid $pid not stopped 5 s after SIGSTOP"
+	fi
 	log "sent SIG$sig to broker pid $pid"
 }
 
