@@ -23,7 +23,9 @@ func testLogger(t testing.TB) *slog.Logger {
 	if os.Getenv("FERRY_TEST_LOG") == "" {
 		return slog.New(slog.DiscardHandler)
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	level := slog.LevelDebug // FERRY_TEST_LOG=1; or a level name: FERRY_TEST_LOG=warn
+	_ = level.UnmarshalText([]byte(os.Getenv("FERRY_TEST_LOG")))
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 }
 
 // testConfig is a bridge config on loopback port 0 with no HTTP server.

@@ -449,3 +449,36 @@ func TestProducerRefreshesAfterBrokerLoss(t *testing.T) {
 		t.Fatalf("record after the leader's broker was lost: %v (metadata not refreshed within the ack timeout)", err)
 	}
 }
+
+// TestSlotFinderAnyResponseOrder: Kafka need not answer a multi-topic
+// produce request in request order; every response partition must still
+// find its own slot (an error must reach the right records), and one the
+// request did not carry none.
+func TestSlotFinderAnyResponseOrder(t *testing.T) {
+	c := &produceCall{}
+	for ti, name := range []string{"a", "b", "c"} {
+		tq := &topicQ{name: name}
+		c.req.Topics = append(c.req.Topics, produceAPI.RequestTopic{Topic: name})
+		for pi := range 3 {
+			pq := &partQ{t: tq, id: int32(pi)}
+			c.slots = append(c.slots, callSlot{pq: pq, ti: ti, pi: pi})
+			c.req.Topics[ti].Partitions = append(c.req.Topics[ti].Partitions, produceAPI.RequestPartition{Partition: int32(pi)})
+		}
+	}
+	f := newSlotFinder(c)
+	// Reversed: topic c first, partitions 2, 1, 0.
+	for ri, name := range []string{"c", "b", "a"} {
+		for rj, part := range []int32{2, 1, 0} {
+			sl := f.find(name, part, ri, rj)
+			if sl == nil || sl.pq.t.name != name || sl.pq.id != part {
+				t.Fatalf("response %s/%d at [%d][%d]: found %+v", name, part, ri, rj, sl)
+			}
+		}
+	}
+	if sl := f.find("a", 7, 0, 0); sl != nil {
+		t.Fatalf("a partition the request did not carry found slot %s/%d", sl.pq.t.name, sl.pq.id)
+	}
+	if sl := f.find("zz", 0, 9, 9); sl != nil {
+		t.Fatalf("a topic the request did not carry found slot %s/%d", sl.pq.t.name, sl.pq.id)
+	}
+}
