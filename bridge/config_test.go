@@ -62,6 +62,7 @@ func TestLoadConfigBadValueNamesKeyAndValue(t *testing.T) {
 		{"ring:\n  capacity: 1000\n", "ring.capacity", "1000"},
 		{"mqtt:\n  listen: nonsense\n", "mqtt.listen", "nonsense"},
 		{"log:\n  level: loud\n", "log.level", "loud"},
+		{"runtime:\n  gc_percent: 5\n", "runtime.gc_percent", "5"},
 		{"reverse:\n  topics: [\"/([/\"]\n", "reverse.topics[0]", "/([/"},
 	}
 	for _, tt := range tests {

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -56,6 +57,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if prev, applied := applyRuntime(cfg.Runtime, os.LookupEnv); applied {
+		log.Debug("garbage collector target set", "runtime.gc_percent", cfg.Runtime.GCPercent, "was", prev)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	b, err := bridge.New(cfg, log, reg)
@@ -63,6 +67,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	return b.Run(ctx)
+}
+
+// applyRuntime sets the process's GC target from runtime.gc_percent unless
+// GOGC is set in the environment (the operator's word wins). It reports
+// the previous target and whether it changed anything.
+func applyRuntime(rc bridge.RuntimeConfig, env func(string) (string, bool)) (prev int, applied bool) {
+	if _, set := env("GOGC"); set {
+		return 0, false
+	}
+	return debug.SetGCPercent(rc.GCPercent), true
 }
 
 func newLogger(cfg bridge.LogConfig, w io.Writer) (*slog.Logger, error) {

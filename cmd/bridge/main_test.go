@@ -7,9 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ferry-bridge/ferry/bridge"
 )
 
 // mainArgsEnv makes the test binary act as the bridge command: TestMain runs
@@ -115,5 +118,26 @@ func TestRunCheckConfig(t *testing.T) {
 	err = run(context.Background(), []string{"--check-config", "--config", writeFile(t, "x.yaml", "nope: 1\n")}, &stdout, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "nope") {
 		t.Fatalf("unknown key: got %v, want an error naming \"nope\"", err)
+	}
+}
+
+// TestApplyRuntimeGCPercent: runtime.gc_percent becomes the process's GC
+// target, unless GOGC is set in the environment (then nothing changes).
+func TestApplyRuntimeGCPercent(t *testing.T) {
+	orig := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(orig)
+	noEnv := func(string) (string, bool) { return "", false }
+	if _, applied := applyRuntime(bridge.RuntimeConfig{GCPercent: 400}, noEnv); !applied {
+		t.Fatal("runtime.gc_percent not applied without GOGC")
+	}
+	if got := debug.SetGCPercent(100); got != 400 {
+		t.Fatalf("GC percent after applyRuntime(400) = %d, want 400", got)
+	}
+	withGOGC := func(k string) (string, bool) { return "150", k == "GOGC" }
+	if _, applied := applyRuntime(bridge.RuntimeConfig{GCPercent: 400}, withGOGC); applied {
+		t.Fatal("runtime.gc_percent applied although GOGC is set")
+	}
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Fatalf("GC percent changed to %d with GOGC set", got)
 	}
 }
