@@ -11,6 +11,7 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-bridge/ferry/topicmap"
@@ -124,18 +125,38 @@ func (r *reverse) run(ctx context.Context) error {
 		defer close(committerDone)
 		r.commits.run(cctx)
 	}()
+	resubscribed := map[string]time.Time{}
 	for ctx.Err() == nil {
 		fs := r.client.PollFetches(ctx)
 		if fs.IsClientClosed() {
 			break
 		}
+		var recreated []string
+		failed := false
 		fs.EachError(func(topic string, p int32, err error) {
 			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 				return
 			}
+			failed = true
+			if errors.Is(err, kerr.UnknownTopicID) && time.Since(resubscribed[topic]) > reverseResubscribeEvery {
+				recreated = append(recreated, topic)
+			}
 			r.logs.Warn("fetch:"+topic, "reverse fetch error", "topic", topic, "partition", p, "err", err)
 		})
+		if len(recreated) > 0 {
+			r.resubscribe(recreated)
+			for _, t := range recreated {
+				resubscribed[t] = time.Now()
+			}
+		}
 		fs.EachPartition(r.partition(ctx))
+		if failed && fs.NumRecords() == 0 {
+			// kgo answers a persistent error at once: do not spin on it.
+			select {
+			case <-ctx.Done():
+			case <-time.After(reverseErrorBackoff):
+			}
+		}
 	}
 	stopCommitter()
 	<-committerDone
@@ -238,6 +259,40 @@ func (r *reverse) handle(ctx context.Context, rec *kgo.Record) bool {
 	}
 	r.metrics.reversePublished.Inc()
 	return true
+}
+
+// reverseResubscribeEvery bounds how often one topic is purged and added
+// back; reverseErrorBackoff is the pause after a poll that brought only
+// errors.
+const (
+	reverseResubscribeEvery = 5 * time.Second
+	reverseErrorBackoff     = 100 * time.Millisecond
+)
+
+// resubscribe handles topics that were deleted and re-created under the
+// running bridge: kgo keeps the old topic ID and fails every fetch with
+// UNKNOWN_TOPIC_ID until the topic is purged and added back (kgo's README).
+// What the committer still holds for the old topic is dropped first (an old
+// offset committed to the new topic would skip its records); Kafka deletes
+// the group's commits of a deleted topic, so the new one is read from its
+// first record (it is newer than the bridge's start). A /regex/ finds the
+// topic again at its next metadata refresh; a named topic is added back.
+func (r *reverse) resubscribe(topics []string) {
+	r.log.Warn("reverse topic deleted and re-created (or deleted): consuming it again from its first record",
+		"topics", topics)
+	r.commits.forget(topics)
+	r.client.PurgeTopicsFromConsuming(topics...)
+	var named []string
+	for _, t := range topics {
+		for _, want := range r.cfg.Reverse.Topics {
+			if want == t {
+				named = append(named, t)
+			}
+		}
+	}
+	if len(named) > 0 && !anyRegexTopic(r.cfg.Reverse.Topics) {
+		r.client.AddConsumeTopics(named...)
+	}
 }
 
 // publishSize is an upper bound of the encoded size of pk for an MQTT v5

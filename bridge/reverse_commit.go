@@ -130,6 +130,21 @@ func (c *committer) flush() error {
 	return nil
 }
 
+// forget drops what is waiting to be marked for topics (deleted, or
+// deleted and re-created: their old offsets must never be committed).
+func (c *committer) forget(topics []string) {
+	c.flushMu.Lock()
+	defer c.flushMu.Unlock()
+	c.mu.Lock()
+	for _, t := range topics {
+		delete(c.pending, t)
+		for _, r := range c.rounds {
+			delete(r.marks, t)
+		}
+	}
+	c.mu.Unlock()
+}
+
 // unsafe reports whether rounds are waiting for acknowledgements.
 func (c *committer) unsafe() bool {
 	c.flushMu.Lock()

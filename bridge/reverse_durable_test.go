@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -440,5 +441,56 @@ func TestReverseReservedHeadersFirstOnly(t *testing.T) {
 	waitFor(t, 10*time.Second, "the retained marker", func() bool { return slices.Contains(late.snapshot(), "marker") })
 	if r := late.snapshot(); !slices.Equal(r, []string{"marker"}) {
 		t.Errorf("late subscriber got retained %q, want only the marker (the first mqtt.retain was false)", r)
+	}
+}
+
+// TestReverseTopicRecreated: a reverse topic deleted and re-created under a
+// running bridge (start_offset latest, the default) is consumed again from
+// its first record, in order, for a named topic and one under a /regex/.
+// Before, kgo kept the old topic ID and every fetch failed with
+// UNKNOWN_TOPIC_ID until a restart (tens of thousands of errors a second).
+func TestReverseTopicRecreated(t *testing.T) {
+	for _, regex := range []bool{false, true} {
+		name := map[bool]string{false: "named", true: "regex"}[regex]
+		t.Run(name, func(t *testing.T) {
+			brokers := kafkatest.Brokers(t)
+			k, m := revTopic(t, "recreate"+name)
+			kafkatest.CreateTopic(t, brokers, k, 1, nil)
+			cfg := testConfig(brokers)
+			cfg.Reverse.Topics = []string{k}
+			if regex {
+				cfg.Reverse.Topics = []string{"/" + regexp.QuoteMeta(k) + "/"}
+			}
+			b := startBridge(t, cfg)
+			col := &collector{}
+			subscribePaho(t, b.MQTTAddr(), "rc-"+randHex(4), m, true, col)
+			prod := kgoProducer(t, brokers)
+			// Consumed before the deletion (retried: the group may still be joining).
+			waitFor(t, 30*time.Second, "a record before the deletion", func() bool {
+				produceAll(t, prod, []*kgo.Record{{Topic: k, Value: []byte("before")}})
+				return col.len() > 0
+			})
+			kafkatest.DeleteTopic(t, brokers, k)
+			kafkatest.CreateTopic(t, brokers, k, 1, nil)
+			prod.PurgeTopicsFromClient(k) // the producer must learn the new topic ID too
+			after := []string{"after.0", "after.1", "after.2"}
+			var recs []*kgo.Record
+			for _, v := range after {
+				recs = append(recs, &kgo.Record{Topic: k, Value: []byte(v)})
+			}
+			produceAll(t, prod, recs)
+			waitFor(t, 40*time.Second, "the re-created topic's records", func() bool {
+				return slices.Contains(col.snapshot(), after[len(after)-1])
+			})
+			var got []string
+			for _, v := range col.snapshot() {
+				if strings.HasPrefix(v, "after.") {
+					got = append(got, v)
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(after) {
+				t.Fatalf("re-created topic delivered %q, want %q from its first record, in order", got, after)
+			}
+		})
 	}
 }

@@ -39,13 +39,7 @@ func reverseGroupID(cfg Config) string {
 // (exact names quoted) and new matching topics are picked up at each
 // metadata refresh.
 func reverseTopicOpts(topics []string) []kgo.Opt {
-	anyRegex := false
-	for _, t := range topics {
-		if isRegexTopic(t) {
-			anyRegex = true
-		}
-	}
-	if !anyRegex {
+	if !anyRegexTopic(topics) {
 		return []kgo.Opt{kgo.ConsumeTopics(topics...)}
 	}
 	res := make([]string, 0, len(topics))
@@ -57,6 +51,15 @@ func reverseTopicOpts(topics []string) []kgo.Opt {
 		}
 	}
 	return []kgo.Opt{kgo.ConsumeTopics(res...), kgo.ConsumeRegex()}
+}
+
+func anyRegexTopic(topics []string) bool {
+	for _, t := range topics {
+		if isRegexTopic(t) {
+			return true
+		}
+	}
+	return false
 }
 
 func isRegexTopic(t string) bool {

@@ -179,6 +179,33 @@ func partitionsReady(md *kafka.MetadataResponse, topic string, want int) error {
 	return errors.New("not in metadata")
 }
 
+// DeleteTopic deletes topic and waits until metadata no longer lists it
+// (a test that re-creates it must not race the deletion).
+func DeleteTopic(tb testing.TB, brokers, topic string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	c := Client(brokers)
+	resp, err := c.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{topic}})
+	if err == nil {
+		err = resp.Errors[topic]
+	}
+	if err != nil {
+		tb.Fatalf("kafkatest: delete topic %q: %v", topic, err)
+	}
+	for {
+		md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+		if err == nil && (len(md.Topics) == 0 || md.Topics[0].Error != nil) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			tb.Fatalf("kafkatest: topic %q still listed after its deletion", topic)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 func deleteTopic(tb testing.TB, c *kafka.Client, topic string) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
