@@ -92,7 +92,8 @@ func newReverse(cfg Config, log *slog.Logger, server *mqtt.Server, tm *topicmap.
 		maxSize: cfg.MQTT.MaxPacketSize,
 		hold:    cfg.reverseHold,
 	}
-	opts, err := reverseKgoOpts(cfg, brokers, log, m, reverseStartTime(st, time.Now()), func() { _ = r.commits.flush() })
+	opts, err := reverseKgoOpts(cfg, brokers, log, m, reverseStartTime(st, time.Now()), func() { _ = r.commits.flush() },
+		func() *kgo.Client { return r.client })
 	if err != nil {
 		return nil, err
 	}

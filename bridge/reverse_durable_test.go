@@ -23,10 +23,9 @@ import (
 )
 
 // startReverseChild starts this test binary as a bridge process consuming
-// topics from their first record (start_offset earliest: the tests produce
-// right after "ready", while the group may still be listing offsets, and
-// franz-go resolves "after time T" of an empty partition with a second
-// listing, so a record appended between the two would be skipped), with
+// topics from their first record (start_offset earliest: these tests are
+// about restarts, and produce right after "ready", while the group may
+// still be joining; where a new group starts is TestReverseStartNoRace...'s), with
 // storage.dir dir ("" for none), on mqttAddr. It is killed at the end of
 // the test if still running.
 func startReverseChild(t *testing.T, brokers, instance, mqttAddr, dir string, topics ...string) *childBridge {

@@ -73,7 +73,7 @@ func isRegexTopic(t string) bool {
 // Partitions without a commit start at the first record newer than startAt
 // (reverse.start_offset latest) or at their start (earliest). commitSafe is
 // called when partitions are revoked: it marks what is safe to commit.
-func reverseKgoOpts(cfg Config, brokers []string, log *slog.Logger, m *metrics, startAt time.Time, commitSafe func()) ([]kgo.Opt, error) {
+func reverseKgoOpts(cfg Config, brokers []string, log *slog.Logger, m *metrics, startAt time.Time, commitSafe func(), client func() *kgo.Client) ([]kgo.Opt, error) {
 	start := kgo.NewOffset().AfterMilli(startAt.UnixMilli())
 	if cfg.Reverse.StartOffset == "earliest" {
 		start = kgo.NewOffset().AtStart()
@@ -114,6 +114,9 @@ func reverseKgoOpts(cfg Config, brokers []string, log *slog.Logger, m *metrics, 
 			forgetLag(m, revoked)
 		}),
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, lost map[string][]int32) { forgetLag(m, lost) }),
+	}
+	if cfg.Reverse.StartOffset != "earliest" {
+		opts = append(opts, kgo.AdjustFetchOffsetsFn(startOffsets(reverseGroupID(cfg), startAt, client, log)))
 	}
 	opts = append(opts, reverseTopicOpts(cfg.Reverse.Topics)...)
 	sec, err := kgoSecurityOpts(cfg.Kafka)

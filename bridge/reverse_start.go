@@ -1,0 +1,69 @@
+package bridge
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// startOffsets places partitions that have no committed offset
+// (reverse.start_offset latest) at the first record newer than startAt,
+// without the race of kgo's own AfterMilli reset. kgo lists by time, then
+// the end offset, and takes the end when the partition had no such record
+// at the first listing: a record appended between the two listings is
+// skipped (a new group's first join, a new topic found while still empty).
+// Here the end offset E is listed first and the by-time offset T after it;
+// the start is min(T, E): every record at E or later was appended after
+// startAt, and any record newer than startAt before E is found by T.
+//
+// It runs as kgo's AdjustFetchOffsetsFn, after kgo has fetched the group's
+// commits; partitions with a commit keep it. On any error kgo's own reset
+// applies (and the race with it), which is logged.
+func startOffsets(group string, startAt time.Time, client func() *kgo.Client, log *slog.Logger) func(context.Context, map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	return func(ctx context.Context, offs map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+		adm := kadm.NewClient(client())
+		committed, err := adm.FetchOffsets(ctx, group)
+		if err != nil {
+			log.Warn("listing the group's commits for the start offsets failed: kgo's reset applies", "err", err)
+			return offs, nil
+		}
+		need := map[string][]int32{}
+		for t, ps := range offs {
+			for p := range ps {
+				if o, ok := committed.Lookup(t, p); !ok || o.At < 0 {
+					need[t] = append(need[t], p)
+				}
+			}
+		}
+		if len(need) == 0 {
+			return offs, nil
+		}
+		topics := make([]string, 0, len(need))
+		for t := range need {
+			topics = append(topics, t)
+		}
+		ends, err := adm.ListEndOffsets(ctx, topics...) // first: see above
+		if err == nil {
+			var after kadm.ListedOffsets
+			if after, err = adm.ListOffsetsAfterMilli(ctx, startAt.UnixMilli(), topics...); err == nil {
+				for t, ps := range need {
+					for _, p := range ps {
+						if e, ok := ends.Lookup(t, p); ok && e.Err == nil && e.Offset >= 0 {
+							at := e.Offset
+							if a, ok := after.Lookup(t, p); ok && a.Err == nil && a.Offset >= 0 && a.Offset < at {
+								at = a.Offset
+							}
+							offs[t][p] = kgo.NewOffset().At(at)
+						}
+					}
+				}
+				return offs, nil
+			}
+		}
+		log.Warn("listing start offsets failed: kgo's reset applies", "topics", topics, "err", err)
+		return offs, nil
+	}
+}
