@@ -29,11 +29,7 @@ import (
 //
 //	FERRY_TEST_KAFKA=$(scripts/kafka.sh up | tail -1) go test -run '^$' -bench 'ManyTopics' -benchtime 400000x -count 2 ./bridge/
 func BenchmarkManyTopics(pb *testing.B) {
-	brokers := os.Getenv("FERRY_TEST_KAFKA")
-	if brokers == "" {
-		pb.Skip("FERRY_TEST_KAFKA not set: this benchmark needs a real Kafka")
-	}
-	createManyTopics(pb, brokers, 1000)
+	brokers := manyTopicsKafka(pb)
 	bridges := map[int]*Bridge{}
 	for _, topics := range []int{1, 100, 1000} {
 		pb.Run(fmt.Sprintf("topics=%d", topics), func(b *testing.B) {
@@ -65,6 +61,20 @@ func BenchmarkManyTopics(pb *testing.B) {
 
 func manyTopic(i int) string { return fmt.Sprintf("/bench/many/%d", i) }
 
+// manyKafkaTopic is the Kafka topic Ferry maps manyTopic(i) to.
+func manyKafkaTopic(i int) string { return strings.ReplaceAll(manyTopic(i), "/", "_") }
+
+// manyTopicsKafka returns the real Kafka of FERRY_TEST_KAFKA with the
+// benchmarks' 1,000 topics created and settled, or skips the benchmark.
+func manyTopicsKafka(b *testing.B) string {
+	brokers := os.Getenv("FERRY_TEST_KAFKA")
+	if brokers == "" {
+		b.Skip("FERRY_TEST_KAFKA not set: this benchmark needs a real Kafka")
+	}
+	createManyTopics(b, brokers, 1000)
+	return brokers
+}
+
 // createManyTopics creates the benchmark's topics (those missing) as Ferry
 // would, one partition, LogAppendTime.
 func createManyTopics(b *testing.B, brokers string, n int) {
@@ -72,7 +82,7 @@ func createManyTopics(b *testing.B, brokers string, n int) {
 	client := &kafka.Client{Addr: kafka.TCP(strings.Split(brokers, ",")...), Timeout: 60 * time.Second}
 	var req []kafka.TopicConfig
 	for i := range n {
-		req = append(req, kafka.TopicConfig{Topic: strings.ReplaceAll(manyTopic(i), "/", "_"), NumPartitions: 1, ReplicationFactor: 1,
+		req = append(req, kafka.TopicConfig{Topic: manyKafkaTopic(i), NumPartitions: 1, ReplicationFactor: 1,
 			ConfigEntries: []kafka.ConfigEntry{{ConfigName: "message.timestamp.type", ConfigValue: "LogAppendTime"}}})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -264,11 +274,7 @@ func runManyTopics(addr string, topics, conns, window, n int, started func()) (t
 //
 //	FERRY_TEST_KAFKA=$(scripts/kafka.sh up | tail -1) go test -run '^$' -bench 'ManyTopics' -benchtime 400000x -count 2 ./bridge/
 func BenchmarkManyTopicsKgo(pb *testing.B) {
-	brokers := os.Getenv("FERRY_TEST_KAFKA")
-	if brokers == "" {
-		pb.Skip("FERRY_TEST_KAFKA not set: this benchmark needs a real Kafka")
-	}
-	createManyTopics(pb, brokers, 1000)
+	brokers := manyTopicsKafka(pb)
 	for _, topics := range []int{1, 100, 1000} {
 		pb.Run(fmt.Sprintf("topics=%d", topics), func(b *testing.B) {
 			cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.ProducerLinger(0),
@@ -279,7 +285,7 @@ func BenchmarkManyTopicsKgo(pb *testing.B) {
 			defer cl.Close()
 			names := make([]string, topics)
 			for i := range names {
-				names[i] = strings.ReplaceAll(manyTopic(i), "/", "_")
+				names[i] = manyKafkaTopic(i)
 			}
 			payload := []byte("0123456789ab")
 			var failed atomic.Int64

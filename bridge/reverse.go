@@ -283,16 +283,9 @@ func (r *reverse) resubscribe(topics []string) {
 		"topics", topics)
 	r.commits.forget(topics)
 	r.client.PurgeTopicsFromConsuming(topics...)
-	var named []string
-	for _, t := range topics {
-		for _, want := range r.cfg.Reverse.Topics {
-			if want == t {
-				named = append(named, t)
-			}
-		}
-	}
-	if len(named) > 0 && !anyRegexTopic(r.cfg.Reverse.Topics) {
-		r.client.AddConsumeTopics(named...)
+	if !anyRegexTopic(r.cfg.Reverse.Topics) {
+		// Direct consuming: every topic fetched is a configured name.
+		r.client.AddConsumeTopics(topics...)
 	}
 }
 

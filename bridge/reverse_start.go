@@ -20,7 +20,9 @@ import (
 // startAt, and any record newer than startAt before E is found by T.
 //
 // It runs as kgo's AdjustFetchOffsetsFn, after kgo has fetched the group's
-// commits; partitions with a commit keep it. On any error kgo's own reset
+// commits; partitions with a commit keep it. kgo's Offset does not say
+// which partitions got a commit and which the reset, so the commits are
+// fetched once more (once per rebalance). On any error kgo's own reset
 // applies (and the race with it), which is logged.
 func startOffsets(group string, startAt time.Time, client func() *kgo.Client, log *slog.Logger) func(context.Context, map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	return func(ctx context.Context, offs map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
@@ -46,24 +48,27 @@ func startOffsets(group string, startAt time.Time, client func() *kgo.Client, lo
 			topics = append(topics, t)
 		}
 		ends, err := adm.ListEndOffsets(ctx, topics...) // first: see above
+		var after kadm.ListedOffsets
 		if err == nil {
-			var after kadm.ListedOffsets
-			if after, err = adm.ListOffsetsAfterMilli(ctx, startAt.UnixMilli(), topics...); err == nil {
-				for t, ps := range need {
-					for _, p := range ps {
-						if e, ok := ends.Lookup(t, p); ok && e.Err == nil && e.Offset >= 0 {
-							at := e.Offset
-							if a, ok := after.Lookup(t, p); ok && a.Err == nil && a.Offset >= 0 && a.Offset < at {
-								at = a.Offset
-							}
-							offs[t][p] = kgo.NewOffset().At(at)
-						}
-					}
+			after, err = adm.ListOffsetsAfterMilli(ctx, startAt.UnixMilli(), topics...)
+		}
+		if err != nil {
+			log.Warn("listing start offsets failed: kgo's reset applies", "topics", topics, "err", err)
+			return offs, nil
+		}
+		for t, ps := range need {
+			for _, p := range ps {
+				e, ok := ends.Lookup(t, p)
+				if !ok || e.Err != nil || e.Offset < 0 {
+					continue
 				}
-				return offs, nil
+				at := e.Offset
+				if a, ok := after.Lookup(t, p); ok && a.Err == nil && a.Offset >= 0 && a.Offset < at {
+					at = a.Offset
+				}
+				offs[t][p] = kgo.NewOffset().At(at)
 			}
 		}
-		log.Warn("listing start offsets failed: kgo's reset applies", "topics", topics, "err", err)
 		return offs, nil
 	}
 }

@@ -186,11 +186,7 @@ func DeleteTopic(tb testing.TB, brokers, topic string) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	c := Client(brokers)
-	resp, err := c.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{topic}})
-	if err == nil {
-		err = resp.Errors[topic]
-	}
-	if err != nil {
+	if err := deleteTopicReq(ctx, c, topic); err != nil {
 		tb.Fatalf("kafkatest: delete topic %q: %v", topic, err)
 	}
 	for {
@@ -206,16 +202,21 @@ func DeleteTopic(tb testing.TB, brokers, topic string) {
 	}
 }
 
+// deleteTopic deletes topic at the end of a test; a failure is only logged.
 func deleteTopic(tb testing.TB, c *kafka.Client, topic string) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	resp, err := c.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{topic}})
-	if err == nil {
-		err = resp.Errors[topic]
-	}
-	if err != nil {
+	if err := deleteTopicReq(ctx, c, topic); err != nil {
 		tb.Logf("kafkatest: delete topic %q: %v", topic, err)
 	}
+}
+
+func deleteTopicReq(ctx context.Context, c *kafka.Client, topic string) error {
+	resp, err := c.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{topic}})
+	if err != nil {
+		return err
+	}
+	return resp.Errors[topic]
 }
 
 // ConsumeAll reads records from every partition of topic, starting at the earliest offset and
