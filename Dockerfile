@@ -13,15 +13,12 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags="-s -w" -o /out/ferry-bridge ./cmd/bridge && mkdir -p /out/data
+RUN CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags="-s -w" -o /out/ferry-bridge ./cmd/bridge
 
 # ---- runtime stage: nothing but the binary, CA roots and the example configs.
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/ferry-bridge /usr/local/bin/ferry-bridge
 COPY configs/ /etc/ferry/examples/
-# storage.dir of configs/compose.yaml: owned by the runtime user, a volume.
-COPY --from=build --chown=65532:65532 /out/data /var/lib/ferry
-VOLUME /var/lib/ferry
 # distroless "nonroot" is uid/gid 65532: never run as root.
 USER 65532:65532
 # 1883 MQTT, 8883 MQTT over TLS, 1882 MQTT over WebSocket, 8080 /metrics /healthz /readyz.

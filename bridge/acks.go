@@ -65,6 +65,7 @@ type pending struct {
 	qos   byte
 	topic string
 	local *packets.Packet // QoS 1, for local delivery; nil when nobody subscribes
+	coord coord           // where Kafka appended it (set before done on success)
 	slot  bool            // holds a slot of ackQueue.slots
 	turn  chan error      // QoS 2: receives the outcome when its turn has come
 	done  bool
@@ -172,7 +173,7 @@ func (q *ackQueue) drain() {
 func (q *ackQueue) write(batch []*pending, viaMochi bool) {
 	for _, p := range batch {
 		if p.err == nil && p.local != nil {
-			q.h.deliverLocal(q.cl, p.local)
+			q.h.deliverLocal(q.cl, p.local, p.coord)
 		}
 	}
 	w := ackWriter{q: q, viaMochi: viaMochi}

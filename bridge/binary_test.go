@@ -87,6 +87,7 @@ func (p *ferryProcess) start() {
 			env = append(env, kv)
 		}
 	}
+	env = append(env, stateEnv(p.t)...)
 	p.cmd.Env = append(env, append([]string{"FERRY_MQTT_LISTEN=" + p.MQTTAddr, "FERRY_HTTP_LISTEN=" + p.HTTPAddr,
 		"FERRY_LOG_LEVEL=warn"}, p.env...)...)
 	// FERRY_TEST_BRIDGE_ENV="FERRY_X=1 FERRY_Y=2" adds settings to every

@@ -23,8 +23,10 @@ import (
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-bridge/ferry/ringbuffer"
+	"github.com/ferry-bridge/ferry/state"
 	"github.com/ferry-bridge/ferry/topicmap"
 )
 
@@ -35,19 +37,24 @@ type Bridge struct {
 	reg     *prometheus.Registry
 	metrics *metrics
 
-	server   *mqtt.Server
-	hook     *hook
-	ring     *ringbuffer.Ring[*record]
-	tm       *topicmap.Map
-	kclient  *kafka.Client
-	topics   *topicManager
-	producer *producer
-	reverse  *reverse
-	order    *inflightOrder
-	store    *store // nil: no storage.dir
-	embedded *embeddedKafka
-	http     *httpServer
-	instance *instanceCheck
+	server      *mqtt.Server
+	hook        *hook
+	ring        *ringbuffer.Ring[*record]
+	tm          *topicmap.Map
+	kclient     *kafka.Client
+	topics      *topicManager
+	producer    *producer
+	reverse     *reverse
+	order       *inflightOrder
+	sessions    *state.Table
+	sessionHook *sessionHook
+	retained    *retainedState
+	stateAdmin  *kgo.Client
+	stateStop   chan struct{}
+	stateDone   chan struct{}
+	embedded    *embeddedKafka
+	http        *httpServer
+	instance    *instanceCheck
 
 	brokers   []string
 	mqttAddrs map[string]string
@@ -196,6 +203,16 @@ func (b *Bridge) start(ctx context.Context) error {
 		return err
 	}
 	go b.instance.Run(context.Background()) // stopped and awaited by shutdown
+	// Kafka's reachability is watched from here on: /readyz answers from
+	// the first check, whatever start-up still does (reading the state
+	// topics, opening listeners).
+	watchCtx, watchCancel := context.WithCancel(context.Background())
+	b.watchCancel = watchCancel
+	b.watchDone = make(chan struct{})
+	go func() {
+		defer close(b.watchDone)
+		b.watchKafka(watchCtx)
+	}()
 
 	b.server = mqtt.New(b.mochiOptions())
 	b.hook = &hook{cfg: b.cfg, log: b.log, tm: b.tm, ring: b.ring, metrics: b.metrics, server: b.server,
@@ -215,6 +232,12 @@ func (b *Bridge) start(ctx context.Context) error {
 	if err := b.server.AddHook(b.hook, nil); err != nil {
 		return fmt.Errorf("mqtt hook: %w", err)
 	}
+	if err := b.openState(ctx, brokers); err != nil {
+		return err
+	}
+	b.hook.retained = b.retained
+	b.hook.inj = b.sessionHook.inj
+	b.sessionHook.subscribed = b.hook.markSubscribed
 	if err := b.addSessionHooks(); err != nil {
 		return err
 	}
@@ -235,19 +258,14 @@ func (b *Bridge) start(ctx context.Context) error {
 		defer b.workers.Done()
 		b.producer.run(hard)
 	}()
-	watchCtx, watchCancel := context.WithCancel(context.Background())
-	b.watchCancel = watchCancel
-	b.watchDone = make(chan struct{})
-	go func() {
-		defer close(b.watchDone)
-		b.watchKafka(watchCtx)
-	}()
 
 	if len(b.cfg.Reverse.Topics) > 0 {
-		b.reverse, err = newReverse(b.cfg, b.log, b.server, b.tm, b.metrics, brokers, b.order, b.store)
+		b.reverse, err = newReverse(b.cfg, b.log, b.server, b.tm, b.metrics, brokers, b.order)
 		if err != nil {
 			return fmt.Errorf("reverse path: %w", err)
 		}
+		b.reverse.retained = b.retained
+		b.reverse.inj = b.sessionHook.inj
 		b.reverseCtx, b.reverseCancel = context.WithCancel(context.Background())
 		b.workers.Add(1)
 		go func() {
@@ -433,11 +451,7 @@ func (b *Bridge) shutdown() error {
 				errs = append(errs, fmt.Errorf("mqtt close: %w", err))
 			}
 		}
-		if b.store != nil { // after the broker: its last session writes
-			if err := b.store.Stop(); err != nil {
-				errs = append(errs, fmt.Errorf("session store close: %w", err))
-			}
-		}
+		b.closeState() // after the broker: its last session writes
 		if b.reverse != nil {
 			if err := b.reverse.close(); err != nil {
 				errs = append(errs, fmt.Errorf("reverse close: %w", err))

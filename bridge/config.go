@@ -24,6 +24,7 @@ type Config struct {
 	Topics   topicmap.Config `mapstructure:"topics" yaml:"topics"`
 	Reverse  ReverseConfig   `mapstructure:"reverse" yaml:"reverse"`
 	Storage  StorageConfig   `mapstructure:"storage" yaml:"storage"`
+	State    StateConfig     `mapstructure:"state" yaml:"state"`
 	HTTP     HTTPConfig      `mapstructure:"http" yaml:"http"`
 	Log      LogConfig       `mapstructure:"log" yaml:"log"`
 	Runtime  RuntimeConfig   `mapstructure:"runtime" yaml:"runtime"`
@@ -198,13 +199,27 @@ type ReverseConfig struct {
 	SkipOwn bool `mapstructure:"skip_own" yaml:"skip_own"`
 }
 
-// StorageConfig configures the durable session store.
+// StorageConfig is kept only to refuse storage.dir with a clear error:
+// the local session store it configured (Pebble) is gone. Sessions, their
+// queues (as positions in Kafka) and retained messages live in Kafka
+// (state.*), so an instance keeps nothing on disk.
 type StorageConfig struct {
-	// Dir is the data directory of the embedded session store (Pebble): MQTT
-	// sessions, subscriptions, queued QoS 1/2 messages and retained messages
-	// survive restarts and kill -9. Use one directory per instance, on a
-	// persistent volume. Default: "" (sessions in memory: a restart loses them).
+	// Dir: must be empty.
 	Dir string `mapstructure:"dir" yaml:"dir"`
+}
+
+// StateConfig names the compacted Kafka topics that hold the broker state
+// every instance shares (package state): MQTT sessions with their
+// subscriptions, and retained messages. Ferry creates them when missing
+// (cleanup.policy=compact, LogAppendTime, hourly segments,
+// kafka.replication_factor).
+type StateConfig struct {
+	// SessionsTopic holds one record per client id. Default: _ferry_sessions.
+	SessionsTopic string `mapstructure:"sessions_topic" yaml:"sessions_topic"`
+	// RetainedTopic holds one record per retained MQTT topic. Default: _ferry_retained.
+	RetainedTopic string `mapstructure:"retained_topic" yaml:"retained_topic"`
+	// Partitions of the topics when Ferry creates them. Default: 8.
+	Partitions int `mapstructure:"partitions" yaml:"partitions"`
 }
 
 // HTTPConfig configures /metrics, /healthz and /readyz.
@@ -250,6 +265,7 @@ func DefaultConfig() Config {
 		Ring:    RingConfig{Capacity: 1 << 16, QoS0Policy: "drop-newest"},
 		Topics:  topicmap.DefaultConfig(),
 		Reverse: ReverseConfig{StartOffset: "latest", Refresh: 3 * time.Second, SkipOwn: true},
+		State:   StateConfig{SessionsTopic: "_ferry_sessions", RetainedTopic: "_ferry_retained", Partitions: 8},
 		HTTP:    HTTPConfig{Listen: "127.0.0.1:8080"},
 		Log:     LogConfig{Level: "info", Format: "text"},
 
@@ -352,6 +368,17 @@ func (c Config) Validate() error {
 	if c.Kafka.ReplicationFactor < 1 {
 		bad("kafka.replication_factor", c.Kafka.ReplicationFactor, "must be at least 1")
 	}
+	for _, st := range []struct{ key, topic string }{{"state.sessions_topic", c.State.SessionsTopic}, {"state.retained_topic", c.State.RetainedTopic}} {
+		if err := topicmap.ValidKafkaTopic(st.topic); err != nil {
+			bad(st.key, st.topic, "%v", err)
+		}
+	}
+	if c.State.SessionsTopic != "" && c.State.SessionsTopic == c.State.RetainedTopic {
+		bad("state.retained_topic", c.State.RetainedTopic, "must differ from state.sessions_topic")
+	}
+	if c.State.Partitions < 1 {
+		bad("state.partitions", c.State.Partitions, "must be at least 1")
+	}
 	if c.Kafka.MaxCreatedTopics < 0 {
 		bad("kafka.max_created_topics", c.Kafka.MaxCreatedTopics, "must not be negative")
 	}
@@ -388,10 +415,9 @@ func (c Config) Validate() error {
 		bad("reverse.refresh", c.Reverse.Refresh, "must be positive")
 	}
 	if c.Storage.Dir != "" {
-		if fi, err := os.Stat(c.Storage.Dir); err == nil && !fi.IsDir() {
-			bad("storage.dir", c.Storage.Dir, "not a directory")
-		}
+		bad("storage.dir", c.Storage.Dir, "was removed: sessions, their queued messages (as positions in Kafka) and retained messages live in Kafka (state.sessions_topic, state.retained_topic); remove the key (and any volume for it)")
 	}
+
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
@@ -416,6 +442,9 @@ func validReverseTopic(t string) error {
 	if len(t) >= 2 && strings.HasPrefix(t, "/") && strings.HasSuffix(t, "/") {
 		_, err := regexp.Compile(t[1 : len(t)-1])
 		return err
+	}
+	if topicmap.IsFerryTopic(t) {
+		return fmt.Errorf("%q is one of Ferry's own state topics (prefix %q): never published to MQTT", t, topicmap.FerryPrefix)
 	}
 	return topicmap.ValidKafkaTopic(t)
 }

@@ -207,7 +207,7 @@ type childBridge struct {
 func (c *childBridge) start() {
 	c.t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), c.env...)
+	cmd.Env = append(append(os.Environ(), stateEnv(c.t)...), c.env...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"net"
@@ -35,10 +36,25 @@ func testConfig(brokers string) Config {
 	cfg.MQTT.Listen = "127.0.0.1:0"
 	cfg.HTTP.Listen = ""
 	cfg.Kafka.AckTimeout = 5 * time.Second
+	// Each bridge its own state topics: retained messages and sessions of
+	// other tests sharing the real Kafka must not leak in.
+	tag := randHex(4)
+	cfg.State.SessionsTopic, cfg.State.RetainedTopic, cfg.State.Partitions = "_ferry_sessions_"+tag, "_ferry_retained_"+tag, 1
 	if brokers != "" {
 		cfg.Kafka.Brokers = strings.Split(brokers, ",")
 	}
 	return cfg
+}
+
+// stateEnv names state topics of the test's own for bridge processes
+// (cmd/bridge or the test binary as a child): every process of one test
+// shares them, other tests do not see them.
+func stateEnv(t testing.TB) []string {
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%s/%d", t.Name(), os.Getpid())
+	tag := fmt.Sprintf("%08x", h.Sum32())
+	return []string{"FERRY_STATE_SESSIONS_TOPIC=_ferry_sessions_" + tag, "FERRY_STATE_RETAINED_TOPIC=_ferry_retained_" + tag,
+		"FERRY_STATE_PARTITIONS=1"}
 }
 
 // startBridge runs a bridge until the test ends.

@@ -53,6 +53,25 @@ type hook struct {
 	origin []byte
 	queues sync.Map // *mqtt.Client -> *ackQueue
 	locals *localPublishers
+	// retained keeps retained messages in Kafka (nil: tests without state).
+	retained *retainedState
+	// inj tells persistent sessions' positions where a delivered message
+	// sits in Kafka (positions.go).
+	inj *injections
+}
+
+// markSubscribed tells cl's acknowledgement queue that mochi writes
+// deliveries to it (see ackQueue.subscribed).
+func (h *hook) markSubscribed(cl *mqtt.Client) { h.queue(cl).subscribed.Store(true) }
+
+// writeRetained records a retained publish's change in the retained table;
+// done (may be nil) gets the outcome.
+func (h *hook) writeRetained(cl *mqtt.Client, pk *packets.Packet, done func(error)) bool {
+	if !pk.FixedHeader.Retain || h.retained == nil {
+		return false
+	}
+	h.retained.write(cl.ID, pk, done)
+	return true
 }
 
 func (h *hook) ID() string { return "ferry-bridge" }
@@ -62,7 +81,7 @@ func (h *hook) ID() string { return "ferry-bridge" }
 func (h *hook) Provides(b byte) bool {
 	switch b {
 	case mqtt.OnPublish, mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnPublishDropped, mqtt.OnSubscribe,
-		mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.OnWillSent:
+		mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.OnWillSent, mqtt.OnPublished:
 		return true
 	}
 	return false
@@ -129,6 +148,7 @@ var qosLabel = [3]string{"0", "1", "2"}
 // QoS 0 way (best effort, counted when dropped) and carries the Will's QoS
 // and retain flag in its headers.
 func (h *hook) OnWillSent(cl *mqtt.Client, pk packets.Packet) {
+	h.writeRetained(cl, &pk, nil)
 	route, err := h.tm.Forward(pk.TopicName)
 	if errors.Is(err, topicmap.ErrExcluded) {
 		return
@@ -170,6 +190,7 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	rec := h.newRecord(cl, pk, route)
 	switch qos {
 	case 0:
+		h.writeRetained(cl, &pk, nil)
 		h.enqueueQoS0(rec)
 		return pk, nil
 	case 1:
@@ -179,7 +200,18 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		if !h.publishQoS2(cl, &pk, rec) {
 			return pk, packets.ErrRejectPacket
 		}
+		if h.inj != nil {
+			// mochi delivers it on this goroutine next; OnPublished ends it.
+			h.inj.begin(cl.ID, coord{rec.topic, rec.part, rec.offset})
+		}
 		return pk, nil
+	}
+}
+
+// OnPublished ends the delivery of an accepted QoS 2 publish.
+func (h *hook) OnPublished(cl *mqtt.Client, pk packets.Packet) {
+	if pk.FixedHeader.Qos == 2 && h.inj != nil && !cl.Net.Inline {
+		h.inj.end(cl.ID)
 	}
 }
 
@@ -198,6 +230,9 @@ func (h *hook) newRecord(cl *mqtt.Client, pk packets.Packet, route topicmap.Rout
 	}
 	if pk.FixedHeader.Retain {
 		hs = append(hs, kafka.Header{Key: topicmap.HeaderRetain, Value: []byte("true")})
+	}
+	if e := pk.Properties.MessageExpiryInterval; e > 0 {
+		hs = append(hs, kafka.Header{Key: topicmap.HeaderExpiry, Value: strconv.AppendUint(nil, uint64(e), 10)})
 	}
 	for _, rh := range route.Headers {
 		hs = append(hs, kafka.Header{Key: rh.Key, Value: rh.Value})
@@ -297,12 +332,20 @@ func (h *hook) publishQoS1(cl *mqtt.Client, pk packets.Packet, rec *record) {
 	// (a subscription exists or it is retained): holding and re-injecting
 	// every packet costs a fifth of the CPU when nobody subscribes.
 	var local *packets.Packet
-	if pk.FixedHeader.Retain || atomic.LoadInt64(&h.server.Info.Subscriptions) > 0 {
+	if pk.FixedHeader.Retain || atomic.LoadInt64(&h.server.Info.Subscriptions) > 0 || h.inj != nil && h.inj.replaying.Load() > 0 {
 		local = &pk
 	}
 	p := q.add(&pk, local)
 	p.slot = true
-	rec.done = func(err error) { q.complete(p, err) }
+	rec.done = func(err error) {
+		p.coord = coord{rec.topic, rec.part, rec.offset}
+		q.complete(p, err)
+	}
+	if pk.FixedHeader.Retain && h.retained != nil {
+		// The PUBACK waits for the retained record too.
+		rec.done = joinDone(2, rec.done)
+		h.writeRetained(cl, &pk, rec.done)
+	}
 	if err := h.push(rec); err != nil {
 		rec.complete(err)
 	}
@@ -317,6 +360,10 @@ func (h *hook) publishQoS2(cl *mqtt.Client, pk *packets.Packet, rec *record) boo
 	p := q.add(pk, nil)
 	p.turn = make(chan error, 1)
 	rec.done = func(err error) { q.complete(p, err) }
+	if pk.FixedHeader.Retain && h.retained != nil {
+		rec.done = joinDone(2, rec.done)
+		h.writeRetained(cl, pk, rec.done)
+	}
 	if err := h.push(rec); err != nil {
 		rec.complete(err)
 	}
@@ -347,16 +394,22 @@ func (h *hook) waitTurn(cl *mqtt.Client, pk *packets.Packet, p *pending, deadlin
 func (h *hook) notBridged(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	switch pk.FixedHeader.Qos {
 	case 0:
+		h.writeRetained(cl, &pk, nil)
 		return pk, nil
 	case 1:
 		q := h.queue(cl)
-		q.complete(q.add(&pk, &pk), nil)
+		p := q.add(&pk, &pk)
+		if !h.writeRetained(cl, &pk, func(err error) { q.complete(p, err) }) {
+			q.complete(p, nil)
+		}
 		return pk, packets.ErrRejectPacket
 	default:
 		q := h.queue(cl)
 		p := q.add(&pk, nil)
 		p.turn = make(chan error, 1)
-		q.complete(p, nil)
+		if !h.writeRetained(cl, &pk, func(err error) { q.complete(p, err) }) {
+			q.complete(p, nil)
+		}
 		if !h.waitTurn(cl, &pk, p, time.Now().Add(h.cfg.Kafka.AckTimeout)) {
 			return pk, packets.ErrRejectPacket
 		}

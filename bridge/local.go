@@ -37,7 +37,7 @@ func newLocalPublishers() *localPublishers {
 	return &localPublishers{free: make(chan *localPublisher, 64)}
 }
 
-func (h *hook) deliverLocal(from *mqtt.Client, pk *packets.Packet) {
+func (h *hook) deliverLocal(from *mqtt.Client, pk *packets.Packet, c coord) {
 	lp := h.locals.get(h.server)
 	lp.cl.ID = from.ID
 	lp.cl.Properties.ProtocolVersion = from.Properties.ProtocolVersion
@@ -46,8 +46,14 @@ func (h *hook) deliverLocal(from *mqtt.Client, pk *packets.Packet) {
 	out.PacketID = 1 // must be set for QoS > 0; subscribers get their own
 	// The alias was resolved on the publisher's connection.
 	out.Properties.TopicAlias, out.Properties.TopicAliasFlag = 0, false
+	if h.inj != nil {
+		h.inj.begin(lp.cl.ID, c) // positions of persistent subscribers
+	}
 	if err := h.server.InjectPacket(lp.cl, out); err != nil {
 		h.log.Debug("local delivery", "topic", pk.TopicName, "err", err)
+	}
+	if h.inj != nil {
+		h.inj.end(lp.cl.ID)
 	}
 	h.locals.put(lp)
 }

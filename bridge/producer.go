@@ -28,6 +28,10 @@ type record struct {
 	deadline time.Time
 	// done reports the outcome exactly once; nil for QoS 0.
 	done func(error)
+	// part and offset say where Kafka appended the record (set before done
+	// reports success): a persistent session's position (positions.go).
+	part   int32
+	offset int64
 	// finished is set by whoever reports the outcome first: the request's
 	// goroutine on success, the producer's loop on failure or expiry (a
 	// record that expired in flight is not reported again when the response

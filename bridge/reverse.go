@@ -56,13 +56,16 @@ type reverse struct {
 	logs    *rateLimiter
 	pace    *pacer
 	order   *inflightOrder
-	store   *store // nil: no session store
-	commits *committer
-	client  *kgo.Client
-	inline  *mqtt.Client
-	origin  string
-	maxSize int
-	hold    <-chan struct{}
+	// retained, when set, records retained messages from Kafka in the
+	// retained table before their offset can be committed.
+	retained *retainedState
+	inj      *injections // positions of persistent subscribers
+	commits  *committer
+	client   *kgo.Client
+	inline   *mqtt.Client
+	origin   string
+	maxSize  int
+	hold     <-chan struct{}
 
 	hdrs  []topicmap.Header // scratch, reverse goroutine only
 	props []topicmap.UserProperty
@@ -76,7 +79,7 @@ const reverseSlowWait = time.Second
 const reverseDrainTimeout = 2 * time.Second
 
 func newReverse(cfg Config, log *slog.Logger, server *mqtt.Server, tm *topicmap.Map, m *metrics, brokers []string,
-	order *inflightOrder, st *store) (*reverse, error) {
+	order *inflightOrder) (*reverse, error) {
 	inline, ok := server.Clients.Get(mqtt.InlineClientId)
 	if !ok {
 		return nil, errors.New("mqtt inline client is not enabled")
@@ -86,13 +89,12 @@ func newReverse(cfg Config, log *slog.Logger, server *mqtt.Server, tm *topicmap.
 		cfg: cfg, log: log, server: server, tm: tm, metrics: m,
 		logs:    newRateLimiter(log, 10*time.Second),
 		order:   order,
-		store:   st,
 		inline:  inline,
 		origin:  cfg.Instance.ID,
 		maxSize: cfg.MQTT.MaxPacketSize,
 		hold:    cfg.reverseHold,
 	}
-	opts, err := reverseKgoOpts(cfg, brokers, log, m, reverseStartTime(st, time.Now()), func() { _ = r.commits.flush() },
+	opts, err := reverseKgoOpts(cfg, brokers, log, m, time.Now(), func() { _ = r.commits.flush() },
 		func() *kgo.Client { return r.client })
 	if err != nil {
 		return nil, err
@@ -105,7 +107,7 @@ func newReverse(cfg Config, log *slog.Logger, server *mqtt.Server, tm *topicmap.
 	if r.client, err = kgo.NewClient(opts...); err != nil {
 		return nil, fmt.Errorf("reverse consumer: %w", err)
 	}
-	r.commits = newCommitter(r.client, st, order, log)
+	r.commits = newCommitter(r.client, order, log)
 	return r, nil
 }
 
@@ -119,7 +121,7 @@ func (r *reverse) run(ctx context.Context) error {
 		}
 	}
 	r.log.Info("reverse path consuming", "topics", r.cfg.Reverse.Topics, "group", reverseGroupID(r.cfg),
-		"start_offset", r.cfg.Reverse.StartOffset, "session_store", r.store != nil)
+		"start_offset", r.cfg.Reverse.StartOffset)
 	cctx, stopCommitter := context.WithCancel(context.Background())
 	committerDone := make(chan struct{})
 	go func() {
@@ -244,7 +246,14 @@ func (r *reverse) handle(ctx context.Context, rec *kgo.Record) bool {
 			return false
 		}
 	}
+	if pk.FixedHeader.Retain && !r.writeRetained(ctx, &pk) {
+		return false
+	}
 	refused := atomic.LoadInt64(&r.server.Info.InflightDropped)
+	if r.inj != nil {
+		r.inj.begin(r.inline.ID, coord{rec.Topic, rec.Partition, rec.Offset})
+		defer r.inj.end(r.inline.ID)
+	}
 	if err := r.server.InjectPacket(r.inline, pk); err != nil {
 		r.metrics.reverseSkipped.WithLabelValues("publish_failed").Inc()
 		r.logs.Warn("publish:"+d.Topic, "kafka record not published to MQTT", "topic", d.Topic, "err", err)
@@ -260,6 +269,32 @@ func (r *reverse) handle(ctx context.Context, rec *kgo.Record) bool {
 	}
 	r.metrics.reversePublished.Inc()
 	return true
+}
+
+// writeRetained records a retained message from Kafka in the retained
+// table, retrying until it is written or ctx ends (false: shutdown; the
+// record is not committed and comes again after a restart).
+func (r *reverse) writeRetained(ctx context.Context, pk *packets.Packet) bool {
+	if r.retained == nil {
+		return true
+	}
+	for ctx.Err() == nil {
+		res := make(chan error, 1)
+		r.retained.write(r.inline.ID, pk, func(err error) { res <- err })
+		select {
+		case err := <-res:
+			if err == nil {
+				return true
+			}
+		case <-ctx.Done():
+			return false
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(reverseErrorBackoff):
+		}
+	}
+	return false
 }
 
 // reverseResubscribeEvery bounds how often one topic is purged and added
@@ -299,15 +334,11 @@ func publishSize(pk *packets.Packet) int {
 	return n + 5 // fixed header: type byte + up to 4 length bytes
 }
 
-// commit makes the final commit at shutdown. Without a session store it
-// waits (bounded) for subscribers to acknowledge what is in flight and
-// commits what the broker has taken. With a store it waits (bounded) for
-// clean sessions to acknowledge, then commits only what is safe: what is
-// still unacknowledged is redelivered after the restart.
+// commit makes the final commit at shutdown: it waits (bounded) for clean
+// sessions to acknowledge, then commits only what is safe: what is still
+// unacknowledged is redelivered after the restart (persistent sessions
+// resume from their positions).
 func (r *reverse) commit() error {
-	if r.store == nil && !r.pace.drain(reverseDrainTimeout) {
-		r.log.Warn("shutdown: subscribers still have unacknowledged messages; committing anyway (no storage.dir)", "waited", reverseDrainTimeout)
-	}
 	deadline := time.Now().Add(reverseDrainTimeout)
 	for {
 		if err := r.commits.flush(); err != nil {

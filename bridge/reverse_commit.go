@@ -11,37 +11,25 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// reverseMarkInterval is how often the committer makes the session store
-// durable and marks what it covers for commit (kgo then commits marks every
-// reverseCommitInterval). It is the group commit: one fsync per interval
-// whatever the record rate.
+// reverseMarkInterval is how often the committer marks what is safe for
+// commit (kgo then commits marks every reverseCommitInterval).
 const reverseMarkInterval = 200 * time.Millisecond
-
-// reverseStartMargin is subtracted from the stored last-consumed time when a
-// restart looks for the first record of a partition that has no commit (one
-// created while the bridge was down, or before a regex refresh found it).
-const reverseStartMargin = 10 * time.Minute
 
 // committer decides which consumed offsets may be committed.
 //
 // The reverse goroutine reports each partition's last handled record
-// (published into mochi, or skipped). Without a session store the offsets
-// are marked at once: deliveries live in memory only (see reverse.commit for
-// the bounded drain at shutdown).
-//
-// With a store, a record's offset is marked only when every QoS 1/2 delivery
-// it produced is safe: acknowledged by the subscriber, or written to the
-// store and fsynced. Each flush closes a round: the offsets handled so far
-// and the sequence number of the latest delivery (inflightOrder.last). A
-// round is released once no delivery up to its sequence is still in flight
-// to a clean session (those are not stored: they must be acknowledged);
-// then the store is fsynced (one fsync for everything written before it: a
-// group commit) and the round's offsets are marked. kgo commits marks in the
-// background every reverseCommitInterval. A crash therefore redelivers, never
-// skips.
+// (published into mochi, or skipped). A record's offset is marked only when
+// every QoS 1/2 delivery it produced to a clean session is acknowledged:
+// a clean session has nothing else to redeliver from. Deliveries to
+// persistent sessions need no wait: a persistent session's position
+// (positions.go) is its own record of what it still needs, independent of
+// the group's offsets. Each flush closes a round: the offsets handled so far
+// and the sequence number of the latest delivery (inflightOrder.last); a
+// round is marked once no delivery up to its sequence is still in flight to
+// a clean session. kgo commits marks in the background every
+// reverseCommitInterval. A crash therefore redelivers, never skips.
 type committer struct {
 	client *kgo.Client
-	store  *store // nil: no session store
 	order  *inflightOrder
 	log    *slog.Logger
 
@@ -59,8 +47,8 @@ type commitRound struct {
 	marks map[string]map[int32]kgo.EpochOffset
 }
 
-func newCommitter(client *kgo.Client, st *store, order *inflightOrder, log *slog.Logger) *committer {
-	return &committer{client: client, store: st, order: order, log: log, pending: make(map[string]map[int32]kgo.EpochOffset)}
+func newCommitter(client *kgo.Client, order *inflightOrder, log *slog.Logger) *committer {
+	return &committer{client: client, order: order, log: log, pending: make(map[string]map[int32]kgo.EpochOffset)}
 }
 
 // handled records that rec and everything before it in its partition are
@@ -74,9 +62,6 @@ func (c *committer) handled(rec *kgo.Record) {
 	}
 	ps[rec.Partition] = kgo.EpochOffset{Epoch: rec.LeaderEpoch, Offset: rec.Offset + 1}
 	c.mu.Unlock()
-	if c.store == nil {
-		_ = c.flush()
-	}
 }
 
 // flush closes a round and marks every round that is safe now.
@@ -93,11 +78,6 @@ func (c *committer) flush() error {
 	if len(c.rounds) == 0 {
 		return nil
 	}
-	if c.store == nil {
-		c.client.MarkCommitOffsets(c.rounds[len(c.rounds)-1].marks)
-		c.rounds = c.rounds[:0]
-		return nil
-	}
 	oldest := c.order.oldestVolatile()
 	n := 0
 	for n < len(c.rounds) && c.rounds[n].upTo < oldest {
@@ -106,14 +86,6 @@ func (c *committer) flush() error {
 	if n == 0 {
 		return nil // a clean session has not acknowledged yet
 	}
-	now := time.Now()
-	if err := c.store.sync(); err != nil {
-		// Not durable: do not mark. The records are redelivered after a
-		// restart (at least once), never skipped.
-		c.log.Error("session store sync failed: offsets not committed", "err", err)
-		return err
-	}
-	c.store.touchAlive(now)
 	marks := make(map[string]map[int32]kgo.EpochOffset)
 	for _, r := range c.rounds[:n] { // later rounds hold later offsets
 		for topic, ps := range r.marks {
@@ -164,20 +136,4 @@ func (c *committer) run(ctx context.Context) {
 			_ = c.flush()
 		}
 	}
-}
-
-// reverseStartTime is where partitions without a committed offset start
-// (reverse.start_offset latest): records newer than it are delivered. It is
-// now, or, with a store that has consumed before, the last time the store
-// was synced minus reverseStartMargin, so that partitions created while the
-// bridge was down are read from their first record.
-func reverseStartTime(st *store, now time.Time) time.Time {
-	if st == nil {
-		return now
-	}
-	if alive := st.alive(); !alive.IsZero() && alive.Before(now) {
-		return alive.Add(-reverseStartMargin)
-	}
-	st.touchAlive(now)
-	return now
 }

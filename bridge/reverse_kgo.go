@@ -12,6 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/ferry-bridge/ferry/topicmap"
 )
 
 // reverseCommitInterval is how often offsets the committer marked safe are
@@ -50,7 +52,8 @@ func reverseTopicOpts(topics []string) []kgo.Opt {
 			res = append(res, "^"+regexp.QuoteMeta(t)+"$")
 		}
 	}
-	return []kgo.Opt{kgo.ConsumeTopics(res...), kgo.ConsumeRegex()}
+	// Ferry's own state topics are never published to MQTT.
+	return []kgo.Opt{kgo.ConsumeTopics(res...), kgo.ConsumeRegex(), kgo.ConsumeExcludeTopics("^" + regexp.QuoteMeta(topicmap.FerryPrefix) + ".*$")}
 }
 
 func anyRegexTopic(topics []string) bool {

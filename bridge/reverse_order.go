@@ -279,3 +279,13 @@ func (o *inflightOrder) resumingSubscriber(topic string) bool {
 	}
 	return false
 }
+
+func cmpUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

@@ -31,6 +31,7 @@ type callSlot struct {
 	pq     *partQ
 	ti, pi int // index in req.Topics and in its Partitions
 	err    error
+	base   int64 // the offset Kafka gave the first record
 }
 
 // dispatch sends one request to each broker that has ready partitions and
@@ -203,7 +204,7 @@ func (p *producer) settle(c *produceCall) {
 				if sl == nil {
 					continue
 				}
-				sl.err = nil
+				sl.err, sl.base = nil, rp.BaseOffset
 				if rp.ErrorCode != 0 {
 					sl.err = kafka.Error(rp.ErrorCode)
 					if rp.ErrorMessage != "" {
@@ -219,8 +220,9 @@ func (p *producer) settle(c *produceCall) {
 		if sl.err != nil {
 			continue
 		}
-		for _, r := range sl.pq.flight {
+		for k, r := range sl.pq.flight {
 			if r.finish() {
+				r.part, r.offset = sl.pq.id, sl.base+int64(k)
 				p.metrics.publishToAck.Observe(now.Sub(r.received).Seconds())
 				r.complete(nil)
 			}

@@ -1,35 +1,122 @@
 package bridge
 
 import (
+	"context"
 	"fmt"
-	"os"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-bridge/ferry/state"
 )
 
-// addSessionHooks adds the hooks that keep MQTT sessions: inflightOrder
-// (redelivery order, always) and, with storage.dir, the durable store. Both
-// must be added before Serve, which loads the stored sessions.
+// openState opens the Kafka-backed broker state (package state): the
+// sessions table, attached to the broker by sessionHook, and the retained
+// table, read into the broker's retained index by retainedState. Both are
+// read to their end before the listeners open.
+func (b *Bridge) openState(ctx context.Context, brokers []string) error {
+	sm, err := newStateMetrics(b.reg)
+	if err != nil {
+		return err
+	}
+	sec, err := kgoSecurityOpts(b.cfg.Kafka)
+	if err != nil {
+		return err
+	}
+	rf := int16(b.cfg.Kafka.ReplicationFactor)
+	if b.embedded != nil {
+		rf = 1 // the embedded Kafka is one broker, in memory
+	}
+	tc := func(topic string) state.TableConfig {
+		return state.TableConfig{Brokers: brokers, Topic: topic, Partitions: int32(b.cfg.State.Partitions),
+			ReplicationFactor: rf, WriteTimeout: b.cfg.Kafka.AckTimeout, Opts: sec}
+	}
+	b.retained = newRetainedState(b.log, b.server, sm)
+	if b.retained.table, err = state.Open(tc(b.cfg.State.RetainedTopic), b.log, b.retained.onChange); err != nil {
+		return fmt.Errorf("retained messages: %w", err)
+	}
+	var hook *sessionHook
+	b.sessions, err = state.Open(tc(b.cfg.State.SessionsTopic), b.log, func(c state.Change) {
+		if hook != nil {
+			hook.onChange(c)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("sessions: %w", err)
+	}
+	hook = newSessionHook(b.log, b.server, b.sessions, b.cfg.Instance.ID, b.cfg.Kafka.AckTimeout, sm)
+	hook.inj = new(injections)
+	rm, err := newReplayMetrics(b.reg)
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, sec...)...)
+	if err != nil {
+		return fmt.Errorf("replay admin client: %w", err)
+	}
+	b.stateAdmin = cl
+	b.stateStop = make(chan struct{})
+	hook.replays = &replayer{h: hook, log: b.log.With("component", "replay"), tm: b.tm,
+		opts: append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, sec...), admin: kadm.NewClient(cl),
+		reverse: b.cfg.Reverse.Topics, slots: make(chan struct{}, maxReplays), metrics: rm, stop: b.stateStop}
+	b.sessionHook = hook
+	b.stateDone = make(chan struct{})
+	go func() {
+		defer close(b.stateDone)
+		hook.checkpoints(b.stateStop)
+	}()
+	if err := registerSessionGauges(b.reg, b.sessions); err != nil {
+		return err
+	}
+	// Wait a while for both to load, so that the first clients find their
+	// sessions and retained messages; past that the listeners open anyway
+	// (clean sessions work, a persistent resume waits for the load).
+	wait := time.NewTimer(b.cfg.Kafka.AckTimeout)
+	defer wait.Stop()
+	for _, t := range []*state.Table{b.retained.table, b.sessions} {
+		select {
+		case <-t.Loaded():
+		case <-wait.C:
+			b.log.Warn("broker state not loaded from Kafka yet: persistent sessions are refused (Server unavailable) until it is",
+				"sessions_topic", b.cfg.State.SessionsTopic, "retained_topic", b.cfg.State.RetainedTopic)
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	b.log.Info("broker state in Kafka", "sessions_topic", b.cfg.State.SessionsTopic, "sessions", b.sessions.Len(),
+		"retained_topic", b.cfg.State.RetainedTopic, "retained", b.retained.table.Len())
+	return nil
+}
+
+// closeState closes the state tables (after the broker: its last session
+// writes go first).
+func (b *Bridge) closeState() {
+	if b.stateStop != nil {
+		close(b.stateStop)
+		<-b.stateDone
+	}
+	if b.stateAdmin != nil {
+		b.stateAdmin.Close()
+	}
+	if b.sessions != nil {
+		b.sessions.Close()
+	}
+	if b.retained != nil && b.retained.table != nil {
+		b.retained.table.Close()
+	}
+}
+
+// addSessionHooks adds the hooks that keep MQTT sessions: the session hook
+// (state in Kafka, positions, replay) and inflightOrder (redelivery order).
 func (b *Bridge) addSessionHooks() error {
+	if err := b.server.AddHook(b.sessionHook, nil); err != nil {
+		return fmt.Errorf("session hook: %w", err)
+	}
 	b.order = newInflightOrder(b.server)
 	if err := b.server.AddHook(b.order, nil); err != nil {
 		return fmt.Errorf("inflight order hook: %w", err)
 	}
-	dir := b.cfg.Storage.Dir
-	if dir == "" {
-		b.log.Warn("no storage.dir: MQTT sessions, queued QoS 1/2 messages and retained messages are kept in memory only; a restart loses them")
-		return nil
-	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return fmt.Errorf("storage.dir=%s: %w", dir, err)
-	}
-	st, err := openStore(dir, storeModeGroup, b.log, b.order)
-	if err != nil {
-		return err
-	}
-	if err := b.server.AddHook(st, nil); err != nil {
-		_ = st.Stop()
-		return fmt.Errorf("session store hook: %w", err)
-	}
-	b.store = st
-	b.log.Info("session store open", "storage.dir", dir)
 	return nil
 }

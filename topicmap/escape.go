@@ -13,6 +13,10 @@ const (
 	MaxMQTTTopicLen = 65535
 	// kafkaInternalPrefix starts Kafka-internal topics (__consumer_offsets, __transaction_state…).
 	kafkaInternalPrefix = "__"
+	// FerryPrefix starts the topics Ferry keeps its own state in (_ferry_sessions,
+	// _ferry_retained, _ferry_instances): no MQTT topic maps to one, and no record of one
+	// is published to MQTT.
+	FerryPrefix = "_ferry_"
 )
 
 func isAlnum(c byte) bool {
@@ -51,6 +55,20 @@ func kafkaTopicReason(name string) string {
 // IsInternalKafkaTopic reports whether name is reserved for Kafka itself (prefix "__").
 // Ferry never produces to such a topic.
 func IsInternalKafkaTopic(name string) bool { return strings.HasPrefix(name, kafkaInternalPrefix) }
+
+// IsFerryTopic reports whether name is reserved for Ferry's own state (prefix "_ferry_").
+func IsFerryTopic(name string) bool { return strings.HasPrefix(name, FerryPrefix) }
+
+// reservedReason says why name may not carry MQTT messages, or "".
+func reservedReason(name string) string {
+	switch {
+	case IsInternalKafkaTopic(name):
+		return `Kafka-internal topic (prefix "__")`
+	case IsFerryTopic(name):
+		return `Ferry's own state topic (prefix "_ferry_")`
+	}
+	return ""
+}
 
 // KafkaMetricName returns name with '.' replaced by '_': Kafka's metric names do not
 // distinguish the two, so it refuses to create a topic whose metric name equals an existing
@@ -127,6 +145,9 @@ func encode(t string) (string, error) {
 	if strings.HasPrefix(t, "//") {
 		return "", &TopicError{Topic: t, Reason: `default rule gives a Kafka name starting with "__", reserved for Kafka-internal topics`}
 	}
+	if strings.HasPrefix(t, "/ferry/") {
+		return "", &TopicError{Topic: t, Reason: `default rule gives a Kafka name starting with "_ferry_", reserved for Ferry's own state topics`}
+	}
 	var b strings.Builder
 	b.Grow(n)
 	for i := 0; i < len(t); i++ {
@@ -167,8 +188,8 @@ func DecodeTopic(kafkaTopic string) (string, error) {
 	if reason := kafkaTopicReason(k); reason != "" {
 		return "", &TopicError{Topic: k, Reason: reason}
 	}
-	if IsInternalKafkaTopic(k) {
-		return "", &TopicError{Topic: k, Reason: `Kafka-internal topic (prefix "__")`}
+	if reason := reservedReason(k); reason != "" {
+		return "", &TopicError{Topic: k, Reason: reason}
 	}
 	b := make([]byte, 0, len(k))
 	for i := 0; i < len(k); {

@@ -29,7 +29,7 @@ func FuzzRoundTrip(f *testing.F) {
 				}
 				continue
 			}
-			if err := ValidKafkaTopic(c.kafka); err != nil || IsInternalKafkaTopic(c.kafka) || strings.Contains(c.kafka, ".") {
+			if err := ValidKafkaTopic(c.kafka); err != nil || IsInternalKafkaTopic(c.kafka) || IsFerryTopic(c.kafka) || strings.Contains(c.kafka, ".") {
 				t.Fatalf("EncodeTopic(%q) = %q: not a valid, non-internal, dot-free Kafka name (%v)", c.topic, c.kafka, err)
 			}
 			back, err := DecodeTopic(c.kafka)
@@ -72,7 +72,7 @@ func FuzzRules(f *testing.F) {
 		}
 		r, err := m.Forward(topic)
 		if err == nil {
-			if verr := ValidKafkaTopic(r.Topic); verr != nil || IsInternalKafkaTopic(r.Topic) {
+			if verr := ValidKafkaTopic(r.Topic); verr != nil || IsInternalKafkaTopic(r.Topic) || IsFerryTopic(r.Topic) {
 				t.Fatalf("Forward(%q) = %q: %v", topic, r.Topic, verr)
 			}
 		} else if !errors.Is(err, ErrExcluded) && !errors.Is(err, ErrUnmappable) {

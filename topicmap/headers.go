@@ -17,6 +17,7 @@ const (
 	HeaderPacketID  = "mqtt.packet_id" // MQTT packet id (QoS > 0)
 	HeaderOrigin    = "ferry.origin"   // producing Ferry instance id (loop prevention)
 	HeaderSeq       = "ferry.seq"      // per-instance sequence number (dedup)
+	HeaderExpiry    = "mqtt.expiry"    // MQTT 5 Message Expiry Interval, seconds (when set)
 )
 
 // Header is one Kafka record header.
@@ -106,6 +107,7 @@ type Standard struct {
 	PacketID uint16 // HeaderPacketID; omitted when 0
 	Origin   string // HeaderOrigin; omitted when empty
 	Seq      uint64 // HeaderSeq; omitted when 0
+	Expiry   uint32 // HeaderExpiry; omitted when 0
 
 	// HasQoS and HasRetain report that ParseStandard found a well-formed HeaderQoS /
 	// HeaderRetain (the first of its name); AppendHeaders ignores them.
@@ -130,6 +132,9 @@ func (s Standard) AppendHeaders(dst []Header) []Header {
 	}
 	if s.Seq != 0 {
 		dst = append(dst, Header{Key: HeaderSeq, Value: strconv.AppendUint(nil, s.Seq, 10)})
+	}
+	if s.Expiry != 0 {
+		dst = append(dst, Header{Key: HeaderExpiry, Value: strconv.AppendUint(nil, uint64(s.Expiry), 10)})
 	}
 	return dst
 }
@@ -157,6 +162,8 @@ func ParseStandard(headers []Header) (s Standard, ok bool) {
 			bit = 32
 		case HeaderSeq:
 			bit = 64
+		case HeaderExpiry:
+			bit = 128
 		default:
 			continue
 		}
@@ -200,6 +207,13 @@ func ParseStandard(headers []Header) (s Standard, ok bool) {
 				continue
 			}
 			s.Seq = n
+		case 128:
+			n, err := strconv.ParseUint(v, 10, 32)
+			if err != nil {
+				ok = false
+				continue
+			}
+			s.Expiry = uint32(n)
 		}
 	}
 	return s, ok

@@ -188,8 +188,8 @@ func (m *Map) compileForward(i int, r ForwardRule) (fwdRule, error) {
 			if reason := kafkaTopicReason(t.lit); reason != "" {
 				return fwdRule{}, rerr("topic", r.Topic, reason)
 			}
-			if IsInternalKafkaTopic(t.lit) {
-				return fwdRule{}, rerr("topic", r.Topic, `Kafka-internal topic (prefix "__")`)
+			if reason := reservedReason(t.lit); reason != "" {
+				return fwdRule{}, rerr("topic", r.Topic, reason)
 			}
 			norm := KafkaMetricName(t.lit)
 			if j, ok := m.fixedNames[norm]; ok && m.fwd[j].topic.lit != t.lit {
@@ -412,8 +412,8 @@ func (m *Map) render(i int, r *fwdRule, t string) (Route, error) {
 		if reason := kafkaTopicReason(name); reason != "" {
 			return fail("topic", r.topic.raw, fmt.Sprintf("gives %q: %s", name, reason))
 		}
-		if IsInternalKafkaTopic(name) {
-			return fail("topic", r.topic.raw, fmt.Sprintf("gives Kafka-internal topic %q", name))
+		if reason := reservedReason(name); reason != "" {
+			return fail("topic", r.topic.raw, fmt.Sprintf("gives %q: %s", name, reason))
 		}
 		rt.Topic = name
 	}

@@ -1,0 +1,236 @@
+package bridge
+
+import (
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ferry-bridge/ferry/state"
+)
+
+// A persistent session's queue is a position in Kafka, not a copy: every
+// message Ferry can deliver is in a Kafka topic already (the forward path
+// wrote it before its PUBACK; the reverse path read it from one). For each
+// Kafka partition a session has been given messages from, the session keeps
+//
+//	position  = the offset of its oldest delivery not yet acknowledged, or
+//	            one past the newest acknowledged when none is pending
+//	delivered = one past the newest acknowledged delivery
+//
+// and writes them into its session record every checkpointEvery and when
+// the client goes. A resume, on any instance, reads every partition its
+// subscriptions can draw from, from the position (partitions without one:
+// from the time of the subscription), and delivers what matches: nothing
+// acknowledged after the last checkpoint is skipped, and what was
+// acknowledged but not yet checkpointed comes again (counted as duplicates,
+// offset < delivered). While a client is offline nothing is queued for it
+// in memory.
+//
+// How a delivery learns its Kafka coordinates: whoever injects a message
+// into the broker (the forward path's local delivery once Kafka acknowledged
+// the record, the reverse path, a replay) registers the record's coordinate
+// under its injecting client id for the duration of the injection; mochi
+// delivers on the injecting goroutine and calls OnQosPublish for each
+// subscriber, which looks the coordinate up by the packet's origin.
+
+// coord is where a message sits in Kafka; offset < 0: unknown.
+type coord struct {
+	topic  string
+	part   int32
+	offset int64
+}
+
+// tp names one Kafka partition.
+type tp struct {
+	topic string
+	part  int32
+}
+
+func (c coord) tp() tp { return tp{c.topic, c.part} }
+
+// injections maps an injecting client id to the coordinate of the message
+// it is injecting now, and counts the replays running (while one runs, the
+// forward path keeps every QoS 1 publish for local delivery: a resumed
+// subscription may go live before its acknowledgement).
+type injections struct {
+	m         sync.Map
+	replaying atomic.Int32
+}
+
+func (in *injections) begin(origin string, c coord) { in.m.Store(origin, c) }
+func (in *injections) end(origin string)            { in.m.Delete(origin) }
+func (in *injections) of(origin string) (coord, bool) {
+	v, ok := in.m.Load(origin)
+	if !ok {
+		return coord{offset: -1}, false
+	}
+	return v.(coord), true
+}
+
+// sessionPositions is one owned persistent session's positions (guarded by
+// its own mutex: updated on delivery and acknowledgement goroutines).
+type sessionPositions struct {
+	mu        sync.Mutex
+	base      map[tp]int64 // from the record: where a replay would start
+	delivered map[tp]int64 // one past the newest acknowledged offset
+	pending   map[uint16]coord
+	// resend are pending deliveries no broker here holds in flight (the
+	// session resumes from its record): the replay resends them with their
+	// packet id and DUP.
+	resend map[coord]uint16
+	dirty  bool
+}
+
+func newSessionPositions(from []state.Position, pending []state.Pending) *sessionPositions {
+	p := &sessionPositions{base: map[tp]int64{}, delivered: map[tp]int64{}, pending: map[uint16]coord{},
+		resend: map[coord]uint16{}}
+	for _, q := range from {
+		k := tp{q.Topic, q.Partition}
+		p.base[k] = q.Offset
+		if q.Delivered > 0 {
+			p.delivered[k] = q.Delivered
+		}
+	}
+	for _, d := range pending {
+		c := coord{d.Topic, d.Partition, d.Offset}
+		p.pending[d.PacketID] = c
+		p.resend[c] = d.PacketID
+	}
+	return p
+}
+
+// replayAction says what a replay does with the message at c: resend it
+// under packet id pid (DUP), skip it (a broker here resends it), or deliver
+// it anew.
+func (p *sessionPositions) replayAction(c coord) (pid uint16, resend, skip bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if id, ok := p.resend[c]; ok {
+		delete(p.resend, c)
+		return id, true, false
+	}
+	for _, q := range p.pending {
+		if q == c {
+			return 0, false, true
+		}
+	}
+	return 0, false, false
+}
+
+// reserved reports whether pid must not be given to a new delivery yet.
+func (p *sessionPositions) reserved(pid uint16) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, id := range p.resend {
+		if id == pid {
+			return true
+		}
+	}
+	return false
+}
+
+// endResend forgets resends the replay did not find (their records are
+// gone from Kafka): their packet ids are free again.
+func (p *sessionPositions) endResend() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c, id := range p.resend {
+		delete(p.resend, c)
+		delete(p.pending, id)
+	}
+}
+
+// sent records a delivery (packet id pid) of the message at c.
+func (p *sessionPositions) sent(pid uint16, c coord) {
+	if c.offset < 0 {
+		return
+	}
+	p.mu.Lock()
+	p.pending[pid] = c
+	p.dirty = true
+	p.mu.Unlock()
+}
+
+// acked records the client's acknowledgement of packet id pid.
+func (p *sessionPositions) acked(pid uint16) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, ok := p.pending[pid]
+	if !ok {
+		return
+	}
+	delete(p.pending, pid)
+	k := c.tp()
+	if c.offset+1 > p.delivered[k] {
+		p.delivered[k] = c.offset + 1
+	}
+	p.dirty = true
+}
+
+// replayed records that a replay read partition k up to end (exclusive):
+// what it did not deliver there needs no delivery.
+func (p *sessionPositions) replayed(k tp, end int64) {
+	p.mu.Lock()
+	if end > p.base[k] {
+		p.base[k] = end
+		p.dirty = true
+	}
+	p.mu.Unlock()
+}
+
+// pendingList returns the unacknowledged deliveries to write.
+func (p *sessionPositions) pendingList() []state.Pending {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]state.Pending, 0, len(p.pending))
+	for id, c := range p.pending {
+		out = append(out, state.Pending{PacketID: id, Topic: c.topic, Partition: c.part, Offset: c.offset})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].PacketID < out[j].PacketID })
+	return out
+}
+
+// snapshot returns the positions to write, and clears dirty.
+func (p *sessionPositions) snapshot() []state.Position {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.dirty = false
+	pos := make(map[tp]int64, len(p.base)+len(p.delivered))
+	for k, o := range p.base {
+		pos[k] = o
+	}
+	for k, o := range p.delivered {
+		pos[k] = max(pos[k], o)
+	}
+	for _, c := range p.pending {
+		k := c.tp()
+		if cur, ok := pos[k]; !ok || c.offset < cur {
+			pos[k] = c.offset
+		}
+	}
+	out := make([]state.Position, 0, len(pos))
+	for k, o := range pos {
+		out = append(out, state.Position{Topic: k.topic, Partition: k.part, Offset: o, Delivered: p.delivered[k]})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Topic != out[j].Topic {
+			return out[i].Topic < out[j].Topic
+		}
+		return out[i].Partition < out[j].Partition
+	})
+	return out
+}
+
+// wasDelivered reports whether the message at c was acknowledged before
+// (a replay of it is a duplicate).
+func (p *sessionPositions) wasDelivered(c coord) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return c.offset < p.delivered[c.tp()]
+}
+
+func (p *sessionPositions) isDirty() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dirty
+}

@@ -1,0 +1,475 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-bridge/ferry/state"
+	"github.com/ferry-bridge/ferry/topicmap"
+)
+
+// replayer delivers a resumed session's queue from Kafka: every message
+// that matched its subscriptions since its positions (positions.go), then
+// hands the session over to live delivery.
+//
+// A replay reads the partitions the session's subscriptions can draw from
+// (topics whose name maps back to a matching MQTT topic by the default
+// rule, the reverse topics, and every partition the session has a position
+// in) from the position, or from the subscription's time where it has
+// none, up to the end offsets listed when it starts. Then the
+// subscriptions go live in the broker, and a second, usually empty, pass
+// reads what Kafka appended between the listing and that moment.
+// Deliveries are written straight to the client, at most its Receive
+// Maximum (64 for MQTT 3.1.1) unacknowledged at once, QoS 1/2 only (MQTT
+// queues no QoS 0 message for an offline session).
+//
+// At most maxReplays run at once per instance (a reconnect storm after an
+// instance died waits its turn instead of opening thousands of readers),
+// each with its own short-lived franz-go client reading only its
+// partitions.
+type replayer struct {
+	h       *sessionHook
+	log     *slog.Logger
+	tm      *topicmap.Map
+	opts    []kgo.Opt // seed brokers and security
+	admin   *kadm.Client
+	reverse []string // reverse.topics: names and /regex/
+	slots   chan struct{}
+	metrics *replayMetrics
+	stop    <-chan struct{}
+}
+
+// maxReplays bounds the replays running at once on one instance.
+const maxReplays = 8
+
+// replayWindowV3 is how many replayed messages an MQTT 3.1.1 client (no
+// Receive Maximum) may have unacknowledged at once.
+const replayWindowV3 = 64
+
+type replayMetrics struct {
+	replayed *prometheus.CounterVec
+	first    prometheus.Histogram
+	duration prometheus.Histogram
+}
+
+func newReplayMetrics(reg prometheus.Registerer) (*replayMetrics, error) {
+	b := prometheus.ExponentialBuckets(0.001, 2, 16)
+	m := &replayMetrics{
+		replayed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_sessions_replayed_total",
+			Help: "Messages delivered from Kafka to resumed sessions, by kind (new: never acknowledged; duplicate: acknowledged before the session's last checkpoint was written)."}, []string{"kind"}),
+		first: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_sessions_replay_first_seconds",
+			Help: "From a resumed session's CONNACK to its first replayed message.", Buckets: b}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_sessions_replay_seconds",
+			Help: "From a resumed session's CONNACK until its replay caught up and its subscriptions went live.", Buckets: b}),
+	}
+	m.replayed.WithLabelValues("new")
+	m.replayed.WithLabelValues("duplicate")
+	for _, c := range []prometheus.Collector{m.replayed, m.first, m.duration} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("replay metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// run replays o's queue and then makes its subscriptions live.
+// The caller has counted it in inj.replaying, before the client's first
+// packet is read.
+func (r *replayer) run(o *ownedSession, connected time.Time) {
+	defer r.h.inj.replaying.Add(-1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for !o.cl.Closed() {
+			select {
+			case <-r.stop:
+				cancel()
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+		cancel()
+	}()
+	select {
+	case r.slots <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	defer func() { <-r.slots }()
+	rs := &replayRun{r: r, o: o, cl: o.cl, subs: o.resumedSubs(), connected: connected}
+	err := rs.catchUp(ctx)
+	r.log.Debug("session replay", "client", o.cl.ID, "delivered", rs.delivered, "took", time.Since(connected), "err", err)
+	if err != nil && ctx.Err() == nil {
+		r.log.Warn("session replay failed: the client is disconnected and resumes from its last position when it reconnects",
+			"client", o.cl.ID, "err", err)
+		o.cl.Stop(fmt.Errorf("%w: session replay: %v", ErrKafkaUnavailable, err))
+		return
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	r.metrics.duration.Observe(time.Since(connected).Seconds())
+}
+
+// replayRun is one session's replay.
+type replayRun struct {
+	r         *replayer
+	o         *ownedSession
+	cl        *mqtt.Client
+	subs      []state.Subscription
+	connected time.Time
+	first     bool
+	delivered int
+}
+
+func (rs *replayRun) catchUp(ctx context.Context) error {
+	ends, err := rs.pass(ctx, nil)
+	if err != nil {
+		return err
+	}
+	rs.o.pos.endResend()
+	rs.goLive()
+	// What Kafka appended between the listing and the subscriptions going
+	// live: read it too (a message delivered live meanwhile comes twice).
+	_, err = rs.pass(ctx, ends)
+	return err
+}
+
+// goLive puts the resumed subscriptions into the broker's index.
+func (rs *replayRun) goLive() {
+	s := rs.r.h.server
+	for _, sub := range rs.o.takeResumed() {
+		sb := toPacketSub(sub) // subscribed again meanwhile: with its new options
+		if s.Topics.Subscribe(rs.cl.ID, sb) {
+			atomic.AddInt64(&s.Info.Subscriptions, 1)
+		}
+		rs.cl.State.Subscriptions.Add(sb.Filter, sb)
+	}
+}
+
+// pass reads every candidate partition from its start (from: the previous
+// pass's ends; nil: the session's positions) to the end offsets it lists,
+// delivers what matches, and returns those end offsets.
+func (rs *replayRun) pass(ctx context.Context, from map[tp]int64) (map[tp]int64, error) {
+	topics, err := rs.candidates(ctx)
+	if err != nil || len(topics) == 0 {
+		return nil, err
+	}
+	endsL, err := rs.r.admin.ListEndOffsets(ctx, topics...)
+	if err == nil {
+		err = endsL.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list end offsets: %w", err)
+	}
+	ends := map[tp]int64{}
+	endsL.Each(func(o kadm.ListedOffset) { ends[tp{o.Topic, o.Partition}] = o.Offset })
+	starts := map[tp]int64{}
+	if from != nil {
+		for k := range ends {
+			starts[k] = from[k] // a partition new since the first pass: from 0
+		}
+	} else {
+		known := map[tp]int64{}
+		for _, p := range rs.o.pos.snapshot() {
+			known[tp{p.Topic, p.Partition}] = p.Offset
+		}
+		var byTime []string
+		for k := range ends {
+			if off, ok := known[k]; ok {
+				starts[k] = off
+			} else {
+				byTime = append(byTime, k.topic)
+			}
+		}
+		if len(byTime) > 0 {
+			after, err := rs.r.admin.ListOffsetsAfterMilli(ctx, rs.oldestSince(), dedupe(byTime)...)
+			if err == nil {
+				err = after.Error()
+			}
+			if err != nil {
+				return nil, fmt.Errorf("list offsets by time: %w", err)
+			}
+			after.Each(func(o kadm.ListedOffset) {
+				k := tp{o.Topic, o.Partition}
+				if _, ok := known[k]; !ok {
+					starts[k] = o.Offset
+				}
+			})
+		}
+	}
+	assign := map[string]map[int32]kgo.Offset{}
+	for k, e := range ends {
+		if s := starts[k]; s < e {
+			if assign[k.topic] == nil {
+				assign[k.topic] = map[int32]kgo.Offset{}
+			}
+			assign[k.topic][k.part] = kgo.NewOffset().At(s)
+		} else {
+			rs.o.pos.replayed(k, e)
+		}
+	}
+	if len(assign) == 0 {
+		return ends, nil
+	}
+	return ends, rs.read(ctx, assign, ends)
+}
+
+// read consumes the assigned partitions up to ends.
+func (rs *replayRun) read(ctx context.Context, assign map[string]map[int32]kgo.Offset, ends map[tp]int64) error {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.ConsumePartitions(assign), kgo.FetchMaxWait(200 * time.Millisecond)}, rs.r.opts...)...)
+	if err != nil {
+		return fmt.Errorf("replay client: %w", err)
+	}
+	defer cl.Close()
+	left := 0
+	for _, ps := range assign {
+		left += len(ps)
+	}
+	done := map[tp]bool{}
+	var hdrs []topicmap.Header
+	for left > 0 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var ferr error
+		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
+		if ferr != nil && fs.NumRecords() == 0 {
+			return fmt.Errorf("replay fetch: %w", ferr)
+		}
+		var werr error
+		fs.EachRecord(func(rec *kgo.Record) {
+			k := tp{rec.Topic, rec.Partition}
+			if werr != nil || done[k] || rec.Offset >= ends[k] {
+				return
+			}
+			hdrs = hdrs[:0]
+			for _, h := range rec.Headers {
+				hdrs = append(hdrs, topicmap.Header{Key: h.Key, Value: h.Value})
+			}
+			werr = rs.deliver(ctx, rec, hdrs)
+			if rec.Offset+1 >= ends[k] {
+				done[k] = true
+				rs.o.pos.replayed(k, ends[k])
+				left--
+			}
+		})
+		if werr != nil {
+			return werr
+		}
+	}
+	return nil
+}
+
+// deliver writes one record to the client if it matches a subscription.
+func (rs *replayRun) deliver(ctx context.Context, rec *kgo.Record, hdrs []topicmap.Header) error {
+	d, err := rs.r.tm.Reverse(rec.Topic, hdrs)
+	if err != nil {
+		return nil // excluded or unmappable: nobody subscribed to it
+	}
+	std, _ := topicmap.ParseStandard(hdrs)
+	qos := d.QoS
+	if std.HasQoS {
+		qos = min(qos, std.QoS)
+	}
+	var best *state.Subscription
+	var ids []int
+	for i := range rs.subs {
+		s := &rs.subs[i]
+		if !topicmap.MatchFilter(s.Filter, d.Topic) || rec.Timestamp.UnixMilli() < s.Since ||
+			s.NoLocal && std.ClientID == rs.cl.ID {
+			continue
+		}
+		if s.Identifier > 0 {
+			ids = append(ids, s.Identifier)
+		}
+		if best == nil || s.QoS > best.QoS {
+			best = s
+		}
+	}
+	if best == nil || min(qos, best.QoS) == 0 {
+		return nil
+	}
+	c := coord{rec.Topic, rec.Partition, rec.Offset}
+	pid, resend, skip := rs.o.pos.replayAction(c)
+	if skip {
+		return nil // in flight here: mochi resends it
+	}
+	now := time.Now()
+	var expiry uint32
+	if std.Expiry > 0 {
+		left := rec.Timestamp.Add(time.Duration(std.Expiry) * time.Second).Sub(now)
+		if left <= 0 {
+			return nil // expired while queued [MQTT-3.3.2-5]
+		}
+		expiry = uint32(max(left/time.Second, 1))
+	}
+	dup := resend || rs.o.pos.wasDelivered(c)
+	if err := rs.waitWindow(ctx); err != nil {
+		return err
+	}
+	if !resend {
+		var err error
+		if pid, err = rs.nextPacketID(); err != nil {
+			return err
+		}
+	}
+	out := packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: min(qos, best.QoS), Dup: dup},
+		TopicName:   d.Topic, Payload: rec.Value, PacketID: pid, Created: now.Unix(),
+	}
+	if expiry > 0 {
+		out.Properties.MessageExpiryInterval = expiry
+		out.Expiry = now.Unix() + int64(expiry)
+	}
+	if props, _ := topicmap.HeadersToUserProps(nil, hdrs); len(props) > 0 {
+		for _, p := range props {
+			out.Properties.User = append(out.Properties.User, packets.UserProperty{Key: p.Key, Val: p.Value})
+		}
+	}
+	if rs.cl.Properties.ProtocolVersion == 5 && len(ids) > 0 {
+		out.Properties.SubscriptionIdentifier = ids
+	}
+	if best.RetainAsPublished && (d.Retain || std.HasRetain && std.Retain) {
+		out.FixedHeader.Retain = true
+	}
+	if rs.cl.State.Inflight.Set(out) {
+		atomic.AddInt64(&rs.r.h.server.Info.Inflight, 1)
+		rs.cl.State.Inflight.DecreaseSendQuota()
+	}
+	rs.o.pos.sent(out.PacketID, c)
+	if err := rs.cl.WritePacket(out); err != nil {
+		return fmt.Errorf("replay to %s: %w", rs.cl.ID, err)
+	}
+	rs.delivered++
+	if dup {
+		rs.r.metrics.replayed.WithLabelValues("duplicate").Inc()
+	} else {
+		rs.r.metrics.replayed.WithLabelValues("new").Inc()
+	}
+	if !rs.first {
+		rs.first = true
+		rs.r.metrics.first.Observe(time.Since(rs.connected).Seconds())
+	}
+	return nil
+}
+
+// nextPacketID is a free packet id that no pending resend holds.
+func (rs *replayRun) nextPacketID() (uint16, error) {
+	for range 65536 {
+		id, err := rs.cl.NextPacketID()
+		if err != nil {
+			return 0, fmt.Errorf("replay to %s: %w", rs.cl.ID, err)
+		}
+		if !rs.o.pos.reserved(uint16(id)) {
+			return uint16(id), nil
+		}
+	}
+	return 0, fmt.Errorf("replay to %s: no free packet id", rs.cl.ID)
+}
+
+// waitWindow waits until the client has fewer unacknowledged messages than
+// it may receive.
+func (rs *replayRun) waitWindow(ctx context.Context) error {
+	window := replayWindowV3
+	if rs.cl.Properties.ProtocolVersion == 5 && rs.cl.Properties.Props.ReceiveMaximum > 0 {
+		window = int(rs.cl.Properties.Props.ReceiveMaximum)
+	}
+	for rs.cl.State.Inflight.Len() >= window {
+		if rs.cl.Closed() {
+			return errors.New("client gone")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// candidates lists the Kafka topics the subscriptions can draw from.
+func (rs *replayRun) candidates(ctx context.Context) ([]string, error) {
+	md, err := rs.r.admin.ListTopics(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list topics: %w", err)
+	}
+	positioned := map[string]bool{}
+	for _, p := range rs.o.pos.snapshot() {
+		positioned[p.Topic] = true
+	}
+	var out []string
+	for _, name := range md.Names() {
+		if topicmap.IsFerryTopic(name) || topicmap.IsInternalKafkaTopic(name) {
+			continue
+		}
+		if positioned[name] || rs.r.isReverseTopic(name) || rs.decodesToMatch(name) {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
+func (rs *replayRun) decodesToMatch(kafkaTopic string) bool {
+	m, err := topicmap.DecodeTopic(kafkaTopic)
+	if err != nil {
+		return false
+	}
+	for _, s := range rs.subs {
+		if topicmap.MatchFilter(s.Filter, m) {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *replayer) isReverseTopic(name string) bool {
+	for _, t := range r.reverse {
+		if isRegexTopic(t) {
+			if re, err := regexp.Compile("^(?:" + t[1:len(t)-1] + ")$"); err == nil && re.MatchString(name) {
+				return true
+			}
+		} else if t == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (rs *replayRun) oldestSince() int64 {
+	oldest := int64(0)
+	for _, s := range rs.subs {
+		if oldest == 0 || s.Since < oldest {
+			oldest = s.Since
+		}
+	}
+	return oldest
+}
+
+func dedupe(in []string) []string {
+	seen := map[string]bool{}
+	out := in[:0]
+	for _, s := range in {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}

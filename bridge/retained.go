@@ -1,0 +1,139 @@
+package bridge
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/hooks/storage"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/ferry-bridge/ferry/state"
+)
+
+// retainedState keeps retained messages in the retained table (package
+// state): key = MQTT topic, value = the message (JSON, retainedValue); an
+// empty retained PUBLISH, which clears a topic's retained message in MQTT,
+// is a tombstone (a null value) there. A retained message is never an empty
+// value, so the two cannot be confused.
+//
+// Every instance reads the table into its broker's retained index, so a
+// message retained on one instance is served by all. The write of a
+// client's retained QoS 1/2 publish is part of its acknowledgement: the
+// PUBACK/PUBREC leaves once Kafka has both the record of the forward path
+// and the retained record (hook.go). Retained messages that arrive from
+// Kafka (the mqtt.retain header) are written by the reverse path before it
+// commits their offset; Wills and QoS 0 publishes are written best effort.
+type retainedState struct {
+	log     *slog.Logger
+	server  *mqtt.Server
+	table   *state.Table
+	metrics *stateMetrics
+	logs    *rateLimiter
+}
+
+// retainedValue is a retained table value.
+type retainedValue struct {
+	Msg             storage.Message `json:"msg"`
+	Expiry          int64           `json:"expiry,omitempty"` // unix seconds; 0: none
+	ProtocolVersion byte            `json:"protocol"`
+}
+
+func newRetainedState(log *slog.Logger, server *mqtt.Server, m *stateMetrics) *retainedState {
+	log = log.With("component", "retained")
+	return &retainedState{log: log, server: server, metrics: m, logs: newRateLimiter(log, 10*time.Second)}
+}
+
+// onChange applies one record read from the table (reader goroutine).
+func (r *retainedState) onChange(c state.Change) { r.apply(c.Key, c.Value) }
+
+func (r *retainedState) apply(topic string, v []byte) bool {
+	if v == nil {
+		r.server.Topics.RetainMessage(packets.Packet{TopicName: topic})
+		return false
+	}
+	var rv retainedValue
+	if err := json.Unmarshal(v, &rv); err != nil {
+		r.logs.Warn("decode:"+topic, "unreadable retained record ignored", "topic", topic, "err", err)
+		return false
+	}
+	pk := rv.Msg.ToPacket()
+	pk.Expiry, pk.ProtocolVersion = rv.Expiry, rv.ProtocolVersion
+	pk.FixedHeader.Retain = true
+	if len(pk.Payload) == 0 {
+		return false
+	}
+	r.server.Topics.RetainMessage(pk)
+	atomic.StoreInt64(&r.server.Info.Retained, int64(r.server.Topics.Retained.Len()))
+	return true
+}
+
+// write records pk's retained change (set, or clear for an empty payload)
+// and calls done with the outcome (done may be nil). Calls for one topic
+// are appended in call order.
+func (r *retainedState) write(client string, pk *packets.Packet, done func(error)) {
+	var v []byte
+	if len(pk.Payload) > 0 {
+		rv := retainedValue{Msg: *toStored(client, *pk), Expiry: pk.Expiry, ProtocolVersion: pk.ProtocolVersion}
+		rv.Msg.FixedHeader.Retain = true
+		rv.Msg.PacketID = 0
+		var err error
+		if v, err = json.Marshal(&rv); err != nil {
+			if done != nil {
+				done(fmt.Errorf("retained %q: encode: %w", pk.TopicName, err))
+			}
+			return
+		}
+	}
+	topic := pk.TopicName
+	r.table.WriteAsync(topic, v, func(err error) {
+		if err != nil {
+			r.metrics.retainedWrites.WithLabelValues("error").Inc()
+			r.logs.Warn("write:"+topic, "retained message not written to Kafka", "topic", topic, "err", err)
+			err = fmt.Errorf("%w: retained message: %v", ErrKafkaUnavailable, err)
+		} else {
+			r.metrics.retainedWrites.WithLabelValues("ok").Inc()
+		}
+		if done != nil {
+			done(err)
+		}
+	})
+}
+
+// joinDone returns a func to be called n times; done runs once, after the
+// last call, with the first error.
+func joinDone(n int, done func(error)) func(error) {
+	var mu sync.Mutex
+	var first error
+	return func(err error) {
+		mu.Lock()
+		if err != nil && first == nil {
+			first = err
+		}
+		n--
+		last, out := n == 0, first
+		mu.Unlock()
+		if last {
+			done(out)
+		}
+	}
+}
+
+// toStored is a message in mochi's storage type (the retained table's value).
+func toStored(client string, pk packets.Packet) *storage.Message {
+	props := pk.Properties.Copy(false)
+	return &storage.Message{
+		Client: client, Origin: pk.Origin, PacketID: pk.PacketID, FixedHeader: pk.FixedHeader,
+		TopicName: pk.TopicName, Payload: pk.Payload, Created: pk.Created,
+		Properties: storage.MessageProperties{
+			PayloadFormat: props.PayloadFormat, PayloadFormatFlag: props.PayloadFormatFlag,
+			MessageExpiryInterval: props.MessageExpiryInterval, ContentType: props.ContentType,
+			ResponseTopic: props.ResponseTopic, CorrelationData: props.CorrelationData,
+			SubscriptionIdentifier: props.SubscriptionIdentifier, User: props.User,
+		},
+	}
+}

@@ -1,0 +1,697 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/ferry-bridge/ferry/state"
+)
+
+// sessionHook keeps every MQTT session in the sessions table (package
+// state), so that any instance can resume it and a second connection of one
+// client id, on any instance, takes the session over.
+//
+// What is written, and when (each write is acknowledged by Kafka, acks=all,
+// before the packet that depends on it leaves):
+//   - CONNECT (before CONNACK): a claim: owner = this instance, a new epoch,
+//     the client's properties; a resumed session keeps its subscriptions.
+//     A persistent session resuming first reads the table to its end
+//     (read-your-writes), so a reconnect right after a write elsewhere sees
+//     it. When the table has the session and this broker does not, the
+//     session is rebuilt in mochi from the record, and mochi answers Session
+//     Present 1.
+//   - SUBSCRIBE / UNSUBSCRIBE of a persistent session (before SUBACK /
+//     UNSUBACK): the whole subscription set. A failed write refuses the new
+//     filters (0x80) or, for UNSUBSCRIBE, drops the connection unanswered
+//     so that the client sends it again.
+//   - disconnect: persistent: connected=false and the time (expiry counts
+//     from it); clean, or MQTT 5 expiry 0: a tombstone. Expiry: a tombstone.
+//
+// Takeover: every instance reads the table. An instance that reads a claim
+// with a higher epoch than its own for a session it serves disconnects
+// that client (MQTT 5: 0x8E Session taken over) and forgets the session; a
+// record of a former owner that lands after this instance's claim (lower
+// epoch, or a tombstone) is overwritten with this instance's record
+// (repair on sight). The time to a takeover is the table's read latency.
+type sessionHook struct {
+	mqtt.HookBase
+	log     *slog.Logger
+	server  *mqtt.Server
+	table   *state.Table
+	id      string
+	timeout time.Duration
+	metrics *stateMetrics
+	logs    *rateLimiter
+
+	mu    sync.Mutex
+	owned map[string]*ownedSession
+
+	inj        *injections        // coordinates of messages being injected
+	replays    *replayer          // nil: no replay (tests of the hook alone)
+	subscribed func(*mqtt.Client) // tells the forward hook a connection receives deliveries
+}
+
+// ownedSession is a session this instance owns: the connection that
+// claimed it (nil for one loaded at start) and the record last written.
+type ownedSession struct {
+	cl  *mqtt.Client
+	wmu sync.Mutex // orders this session's writes
+	rec state.Session
+	pos *sessionPositions // nil for a clean session
+
+	// resumed holds a resumed session's subscriptions while its replay
+	// catches up; they go live in the broker after it (replay.go).
+	smu     sync.Mutex
+	resumed []state.Subscription
+}
+
+func (o *ownedSession) takeResumed() []state.Subscription {
+	o.smu.Lock()
+	defer o.smu.Unlock()
+	r := o.resumed
+	o.resumed = nil
+	return r
+}
+
+func (o *ownedSession) resumedSubs() []state.Subscription {
+	o.smu.Lock()
+	defer o.smu.Unlock()
+	return append([]state.Subscription(nil), o.resumed...)
+}
+
+func newSessionHook(log *slog.Logger, server *mqtt.Server, table *state.Table, id string, timeout time.Duration, m *stateMetrics) *sessionHook {
+	log = log.With("component", "sessions")
+	return &sessionHook{log: log, server: server, table: table, id: id, timeout: timeout, metrics: m,
+		logs: newRateLimiter(log, 10*time.Second), owned: make(map[string]*ownedSession)}
+}
+
+func (h *sessionHook) ID() string { return "ferry-sessions" }
+
+func (h *sessionHook) Provides(b byte) bool {
+	switch b {
+	case mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnSubscribed, mqtt.OnUnsubscribed,
+		mqtt.OnDisconnect, mqtt.OnClientExpired, mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped:
+		return true
+	}
+	return false
+}
+
+// OnSessionEstablish runs after authentication, before mochi looks for an
+// earlier session and writes CONNACK.
+func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
+	if cl.Net.Inline {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
+	defer cancel()
+	start := time.Now()
+	pers := persistent(cl)
+	resume := pers && !pk.Connect.Clean
+	if resume {
+		if err := h.table.Sync(ctx); err != nil {
+			h.refuse(cl, err)
+			return
+		}
+	}
+	prev := h.lookup(cl.ID)
+	rec := h.recordOf(cl)
+	rec.Epoch = state.NextEpoch(epochOf(prev), start)
+	o := &ownedSession{cl: cl}
+	if pers {
+		o.pos = newSessionPositions(nil, nil)
+	}
+	switch {
+	case resume && prev != nil && !prev.Clean && !prev.Expired(start):
+		rec.Subs = prev.Subs
+		h.mu.Lock()
+		old := h.owned[cl.ID]
+		h.mu.Unlock()
+		if _, here := h.server.Clients.Get(cl.ID); here && old != nil && old.pos != nil {
+			// This broker served the session: its positions are fresher than
+			// the record, and mochi resends its in-flight messages itself.
+			o.pos = old.pos
+		} else {
+			o.pos = newSessionPositions(prev.Positions, prev.Pending)
+		}
+		o.resumed = prev.Subs
+		h.prepareLocal(cl.ID)
+		h.metrics.resumed.Inc()
+	case resume:
+		// Nothing to resume in Kafka: an offline copy this broker still
+		// holds for the id is stale (expired or ended elsewhere).
+		if existing, ok := h.server.Clients.Get(cl.ID); ok && existing.Closed() {
+			h.dropLocal(cl.ID, existing, false)
+		}
+	}
+	o.rec = rec
+	if o.pos != nil {
+		o.rec.Positions, o.rec.Pending = o.pos.snapshot(), o.pos.pendingList()
+		rec.Positions, rec.Pending = o.rec.Positions, o.rec.Pending
+	}
+	o.wmu.Lock()
+	defer o.wmu.Unlock()
+	h.mu.Lock()
+	h.owned[cl.ID] = o
+	h.mu.Unlock()
+	if !pers {
+		// A clean session's claim only fences a second connection of the
+		// id elsewhere: written without waiting, so that clean clients
+		// connect while Kafka is unreachable (they can still publish QoS 0
+		// and get negative acknowledgements).
+		h.putAsync(&rec)
+		return
+	}
+	if err := h.put(ctx, &rec); err != nil {
+		h.mu.Lock()
+		if h.owned[cl.ID] == o {
+			delete(h.owned, cl.ID)
+		}
+		h.mu.Unlock()
+		h.refuse(cl, err)
+		return
+	}
+	h.metrics.connectWrite.Observe(time.Since(start).Seconds())
+}
+
+// OnSessionEstablished runs after CONNACK: a resumed session's messages
+// are replayed from Kafka.
+func (h *sessionHook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
+	o := h.ownedBy(cl)
+	if o == nil || h.replays == nil {
+		return
+	}
+	if len(o.resumedSubs()) == 0 {
+		return
+	}
+	if h.subscribed != nil {
+		h.subscribed(cl)
+	}
+	h.inj.replaying.Add(1)
+	go h.replays.run(o, time.Now())
+}
+
+// refuse answers CONNECT with Server unavailable: the session could not be
+// read or claimed.
+func (h *sessionHook) refuse(cl *mqtt.Client, err error) {
+	h.logs.Warn("connect:"+err.Error(), "connection refused: session state not readable or writable in Kafka", "client", cl.ID, "err", err)
+	h.metrics.refused.Inc()
+	_ = h.server.SendConnack(cl, packets.ErrServerUnavailable, false, nil)
+	cl.Stop(fmt.Errorf("%w: session state: %v", ErrKafkaUnavailable, err))
+}
+
+// OnSubscribed runs after mochi added the subscriptions, before it writes
+// SUBACK: the set is made durable first. codes is the SUBACK's own slice.
+func (h *sessionHook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, codes []byte) {
+	o := h.ownedBy(cl)
+	if o == nil || o.rec.Clean {
+		return
+	}
+	start := time.Now()
+	o.wmu.Lock()
+	defer o.wmu.Unlock()
+	h.holdResubscribed(o, cl, pk, codes)
+	before := o.rec.Subs
+	err := h.update(o, func(r *state.Session) { r.Subs = h.subsFor(o, cl, before) })
+	if err == nil {
+		h.metrics.subscribeWrite.Observe(time.Since(start).Seconds())
+		return
+	}
+	h.logs.Warn("subscribe:"+cl.ID, "subscription refused: not written to Kafka", "client", cl.ID, "err", err)
+	for i, f := range pk.Filters {
+		if i >= len(codes) || codes[i] >= 0x80 {
+			continue
+		}
+		codes[i] = packets.ErrUnspecifiedError.Code
+		// Back to what Kafka holds for this filter.
+		if old, ok := findSub(before, f.Filter); ok {
+			sb := toPacketSub(old)
+			h.server.Topics.Subscribe(cl.ID, sb)
+			cl.State.Subscriptions.Add(sb.Filter, sb)
+		} else if h.server.Topics.Unsubscribe(f.Filter, cl.ID) {
+			atomic.AddInt64(&h.server.Info.Subscriptions, -1)
+			cl.State.Subscriptions.Delete(f.Filter)
+		}
+	}
+}
+
+// holdResubscribed: a filter the client subscribes to again while its
+// resumed subscriptions wait for the replay stays out of the broker's index
+// until the replay has caught up (else live messages would overtake
+// replayed ones); it goes live with the others, with the new options.
+func (h *sessionHook) holdResubscribed(o *ownedSession, cl *mqtt.Client, pk packets.Packet, codes []byte) {
+	o.smu.Lock()
+	defer o.smu.Unlock()
+	if len(o.resumed) == 0 {
+		return
+	}
+	for i, f := range pk.Filters {
+		if i >= len(codes) || codes[i] >= 0x80 {
+			continue
+		}
+		for j := range o.resumed {
+			if o.resumed[j].Filter != f.Filter {
+				continue
+			}
+			if h.server.Topics.Unsubscribe(f.Filter, cl.ID) {
+				atomic.AddInt64(&h.server.Info.Subscriptions, -1)
+			}
+			since := o.resumed[j].Since
+			o.resumed[j] = state.Subscription{Filter: f.Filter, QoS: codes[i], Identifier: f.Identifier, NoLocal: f.NoLocal,
+				RetainAsPublished: f.RetainAsPublished, RetainHandling: f.RetainHandling, Since: since}
+		}
+	}
+}
+
+// OnUnsubscribed runs before UNSUBACK. A failed write stops the connection,
+// so the client never gets the UNSUBACK and sends the UNSUBSCRIBE again.
+func (h *sessionHook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
+	if cl.IsTakenOver() {
+		return
+	}
+	o := h.ownedBy(cl)
+	if o == nil || o.rec.Clean {
+		return
+	}
+	o.wmu.Lock()
+	defer o.wmu.Unlock()
+	o.smu.Lock()
+	for _, f := range pk.Filters {
+		for i := 0; i < len(o.resumed); i++ {
+			if o.resumed[i].Filter == f.Filter {
+				o.resumed = append(o.resumed[:i], o.resumed[i+1:]...)
+				i--
+			}
+		}
+	}
+	o.smu.Unlock()
+	before := o.rec.Subs
+	if err := h.update(o, func(r *state.Session) { r.Subs = h.subsFor(o, cl, before) }); err != nil {
+		h.logs.Warn("unsubscribe:"+cl.ID, "unsubscribe not written to Kafka: disconnecting the client so that it resends", "client", cl.ID, "err", err)
+		cl.Stop(fmt.Errorf("%w: session state: %v", ErrKafkaUnavailable, err))
+	}
+}
+
+// OnDisconnect records that the client went, or ends a clean session.
+func (h *sessionHook) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
+	if cl.Net.Inline || cl.IsTakenOver() {
+		return
+	}
+	o := h.ownedBy(cl)
+	if o == nil {
+		return // taken over, here or elsewhere
+	}
+	o.wmu.Lock()
+	defer o.wmu.Unlock()
+	if expire || o.rec.Clean {
+		h.end(o)
+		return
+	}
+	now := time.Now()
+	if err := h.update(o, func(r *state.Session) {
+		r.Connected, r.Disconnected = false, now.UnixMilli()
+		r.Expiry = h.expiryOf(cl)
+		r.Will = willOf(cl)
+	}); err != nil {
+		h.logs.Warn("disconnect:"+cl.ID, "session disconnect not written to Kafka (expiry counts from the last write)", "client", cl.ID, "err", err)
+	}
+	// Offline, the session's queue is its position: nothing more is queued
+	// for it in memory. Its subscriptions leave the broker's index (they
+	// stay in the client's state, for a resume here); its unacknowledged
+	// messages stay in flight, for mochi to resend if it resumes here.
+	for f := range cl.State.Subscriptions.GetAll() {
+		if h.server.Topics.Unsubscribe(f, cl.ID) {
+			atomic.AddInt64(&h.server.Info.Subscriptions, -1)
+		}
+	}
+}
+
+// OnQosPublish records a delivery to a persistent session with the Kafka
+// coordinate of its message (positions.go).
+func (h *sessionHook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, resends int) {
+	if resends > 0 || pk.FixedHeader.Type != packets.Publish {
+		return
+	}
+	if o := h.ownedBy(cl); o != nil && o.pos != nil {
+		if c, ok := h.inj.of(pk.Origin); ok {
+			o.pos.sent(pk.PacketID, c)
+		}
+	}
+}
+
+// OnQosComplete records the acknowledgement of a delivery.
+func (h *sessionHook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
+	if pk.FixedHeader.Type != packets.Publish {
+		return // an inbound QoS 2 publish's PUBREL
+	}
+	if o := h.ownedBy(cl); o != nil && o.pos != nil {
+		o.pos.acked(pk.PacketID)
+	}
+}
+
+// OnQosDropped: mochi gave up a delivery (expired): not redelivered either.
+func (h *sessionHook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) { h.OnQosComplete(cl, pk) }
+
+// OnClientExpired ends an offline session this instance owns.
+func (h *sessionHook) OnClientExpired(cl *mqtt.Client) {
+	h.mu.Lock()
+	o := h.owned[cl.ID]
+	h.mu.Unlock()
+	if o == nil {
+		return
+	}
+	o.wmu.Lock()
+	defer o.wmu.Unlock()
+	h.end(o)
+}
+
+// end deletes an owned session's record (o.wmu held).
+func (h *sessionHook) end(o *ownedSession) {
+	h.mu.Lock()
+	if h.owned[o.rec.Client] != o {
+		h.mu.Unlock()
+		return
+	}
+	delete(h.owned, o.rec.Client)
+	h.mu.Unlock()
+	// Not waited for: ending a session promises the client nothing, and a
+	// disconnect must not wait for an unreachable Kafka. Writes of one key
+	// keep their order, so it lands after the claim.
+	id := o.rec.Client
+	h.table.WriteAsync(id, nil, func(err error) {
+		if err != nil {
+			h.metrics.writes.WithLabelValues("error").Inc()
+			h.logs.Warn("end:"+id, "session end not written to Kafka", "client", id, "err", err)
+			return
+		}
+		h.metrics.writes.WithLabelValues("ok").Inc()
+	})
+}
+
+// update writes o's record changed by fn, if o still owns the session
+// (o.wmu held).
+func (h *sessionHook) update(o *ownedSession, fn func(*state.Session)) error {
+	h.mu.Lock()
+	if h.owned[o.rec.Client] != o {
+		h.mu.Unlock()
+		return nil // taken over meanwhile: the new owner writes
+	}
+	rec := o.rec
+	rec.Subs = append([]state.Subscription(nil), rec.Subs...)
+	h.mu.Unlock()
+	if o.pos != nil {
+		rec.Positions, rec.Pending = o.pos.snapshot(), o.pos.pendingList()
+	}
+	fn(&rec)
+	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
+	defer cancel()
+	if err := h.put(ctx, &rec); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	o.rec = rec
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *sessionHook) putAsync(rec *state.Session) {
+	v, err := rec.Encode()
+	if err != nil {
+		return
+	}
+	h.table.WriteAsync(rec.Client, v, func(err error) {
+		if err != nil {
+			h.metrics.writes.WithLabelValues("error").Inc()
+			h.logs.Warn("claim:"+rec.Client, "clean session claim not written to Kafka", "client", rec.Client, "err", err)
+			return
+		}
+		h.metrics.writes.WithLabelValues("ok").Inc()
+	})
+}
+
+func (h *sessionHook) put(ctx context.Context, rec *state.Session) error {
+	v, err := rec.Encode()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	err = h.table.Put(ctx, rec.Client, v)
+	h.metrics.writeSeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		h.metrics.writes.WithLabelValues("error").Inc()
+		return err
+	}
+	h.metrics.writes.WithLabelValues("ok").Inc()
+	return nil
+}
+
+// onChange sees every record of the sessions table as it is read
+// (the table's reader goroutine).
+func (h *sessionHook) onChange(c state.Change) {
+	var rec *state.Session
+	if c.Value != nil {
+		var err error
+		if rec, err = state.DecodeSession(c.Value); err != nil {
+			h.logs.Warn("decode:"+c.Key, "unreadable session record ignored", "client", c.Key, "offset", c.Offset, "err", err)
+			return
+		}
+	}
+	h.mu.Lock()
+	o := h.owned[c.Key]
+	var epoch int64
+	if o != nil {
+		epoch = o.rec.Epoch
+	}
+	h.mu.Unlock()
+	switch {
+	case o == nil:
+		// Not ours. A copy this broker still holds of the session (an
+		// offline session loaded at start) is stale now.
+		if rec == nil || rec.Owner != h.id {
+			h.dropLocal(c.Key, nil, false)
+		}
+	case rec != nil && rec.Owner == h.id && rec.Epoch == epoch:
+		// our own write, read back
+	case rec != nil && rec.Epoch > epoch:
+		h.mu.Lock()
+		if h.owned[c.Key] == o {
+			delete(h.owned, c.Key)
+		}
+		h.mu.Unlock()
+		h.metrics.takenOver.Inc()
+		h.log.Debug("session taken over by a newer connection", "client", c.Key, "owner", rec.Owner, "epoch", rec.Epoch)
+		h.dropLocal(c.Key, o.cl, true)
+	default:
+		// A former owner's write (lower epoch, or its tombstone) landed
+		// after our claim: ours again.
+		go h.repair(o)
+	}
+}
+
+// checkpointEvery is how often a connected persistent session's positions
+// are written when they moved: what a crash makes a resume deliver twice.
+const checkpointEvery = time.Second
+
+// checkpoints writes moved positions every checkpointEvery until stop.
+func (h *sessionHook) checkpoints(stop <-chan struct{}) {
+	t := time.NewTicker(checkpointEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		h.mu.Lock()
+		var due []*ownedSession
+		for _, o := range h.owned {
+			if o.pos != nil && o.cl != nil && !o.cl.Closed() && o.pos.isDirty() {
+				due = append(due, o)
+			}
+		}
+		h.mu.Unlock()
+		for _, o := range due {
+			o.wmu.Lock()
+			if err := h.update(o, func(*state.Session) {}); err != nil {
+				h.logs.Warn("checkpoint:"+o.rec.Client, "session position not written (a crash redelivers more)", "client", o.rec.Client, "err", err)
+			}
+			o.wmu.Unlock()
+		}
+	}
+}
+
+func (h *sessionHook) repair(o *ownedSession) {
+	o.wmu.Lock()
+	defer o.wmu.Unlock()
+	if err := h.update(o, func(*state.Session) {}); err != nil {
+		h.logs.Warn("repair:"+o.rec.Client, "could not overwrite a stale session record", "client", o.rec.Client, "err", err)
+		return
+	}
+	h.metrics.repaired.Inc()
+}
+
+// dropLocal forgets this broker's copy of a session another connection
+// owns now: the client, if connected, is disconnected (0x8E when takenOver
+// and MQTT 5), its subscriptions and in-flight messages go. cl, when not
+// nil, limits it to that connection.
+func (h *sessionHook) dropLocal(id string, cl *mqtt.Client, takenOver bool) {
+	existing, ok := h.server.Clients.Get(id)
+	if !ok || cl != nil && existing != cl {
+		return
+	}
+	if !existing.Closed() {
+		code := packets.ErrSessionTakenOver
+		if !takenOver {
+			code = packets.ErrUnspecifiedError
+		}
+		_ = h.server.DisconnectClient(existing, code)
+	}
+	h.server.UnsubscribeClient(existing)
+	existing.ClearInflights()
+	if cur, ok := h.server.Clients.Get(id); ok && cur == existing {
+		h.server.Clients.Delete(id)
+	}
+}
+
+// prepareLocal readies the broker for a resume that mochi will see as
+// Session Present: an offline or connected copy of the session here gives
+// up its subscriptions (the replay delivers from Kafka, then the
+// subscriptions go live; mochi resends its in-flight messages); with no copy, a bare
+// disconnected client stands in for the session so that mochi inherits it.
+func (h *sessionHook) prepareLocal(id string) {
+	existing, ok := h.server.Clients.Get(id)
+	if !ok {
+		existing = h.server.NewClient(nil, "", id, false)
+		existing.Stop(packets.ErrSessionTakenOver)
+		h.server.Clients.Add(existing)
+		return
+	}
+	for f := range existing.State.Subscriptions.GetAll() {
+		if h.server.Topics.Unsubscribe(f, id) {
+			atomic.AddInt64(&h.server.Info.Subscriptions, -1)
+		}
+		existing.State.Subscriptions.Delete(f)
+	}
+}
+
+func (h *sessionHook) lookup(id string) *state.Session {
+	v, ok := h.table.Get(id)
+	if !ok {
+		return nil
+	}
+	rec, err := state.DecodeSession(v)
+	if err != nil {
+		h.logs.Warn("decode:"+id, "unreadable session record: starting a new session", "client", id, "err", err)
+		return nil
+	}
+	return rec
+}
+
+// ownedBy returns the session cl's connection owns, or nil.
+func (h *sessionHook) ownedBy(cl *mqtt.Client) *ownedSession {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if o := h.owned[cl.ID]; o != nil && (o.cl == cl || o.cl == nil) {
+		return o
+	}
+	return nil
+}
+
+func (h *sessionHook) recordOf(cl *mqtt.Client) state.Session {
+	rec := state.Session{Client: cl.ID, Owner: h.id, Connected: true, Clean: !persistent(cl)}
+	if rec.Clean {
+		return rec // only a claim, to fence a second connection of the id
+	}
+	rec.Expiry, rec.ProtocolVersion, rec.Username = h.expiryOf(cl), cl.Properties.ProtocolVersion, cl.Properties.Username
+	rec.Listener, rec.Will = cl.Net.Listener, willOf(cl)
+	props := cl.Properties.Props.Copy(false)
+	if b, err := json.Marshal(props); err == nil {
+		rec.Props = b
+	}
+	return rec
+}
+
+func (h *sessionHook) expiryOf(cl *mqtt.Client) uint32 {
+	if cl.Properties.ProtocolVersion == 5 {
+		return cl.Properties.Props.SessionExpiryInterval
+	}
+	return h.server.Options.Capabilities.MaximumSessionExpiryInterval
+}
+
+func willOf(cl *mqtt.Client) json.RawMessage {
+	if cl.Properties.Will.TopicName == "" {
+		return nil
+	}
+	b, err := json.Marshal(cl.Properties.Will)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+func epochOf(s *state.Session) int64 {
+	if s == nil {
+		return 0
+	}
+	return s.Epoch
+}
+
+// subsFor is the subscription set to write for o: the broker's (each
+// keeping the time it was first made) and those still waiting for the
+// replay to catch up.
+func (h *sessionHook) subsFor(o *ownedSession, cl *mqtt.Client, before []state.Subscription) []state.Subscription {
+	now := time.Now().UnixMilli() - sinceSlack.Milliseconds()
+	all := cl.State.Subscriptions.GetAll()
+	out := make([]state.Subscription, 0, len(all))
+	for _, s := range all {
+		since := now
+		if old, ok := findSub(before, s.Filter); ok && old.Since > 0 {
+			since = old.Since
+		}
+		out = append(out, state.Subscription{Filter: s.Filter, QoS: s.Qos, Identifier: s.Identifier,
+			NoLocal: s.NoLocal, RetainAsPublished: s.RetainAsPublished, RetainHandling: s.RetainHandling, Since: since})
+	}
+	for _, r := range o.resumedSubs() {
+		if _, ok := all[r.Filter]; !ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// sinceSlack is taken off a subscription's time: a resume may deliver
+// messages Kafka appended up to this long before the subscription (clocks
+// of bridge hosts and brokers differ), rather than miss one after it.
+const sinceSlack = time.Second
+
+func findSub(subs []state.Subscription, filter string) (state.Subscription, bool) {
+	for _, s := range subs {
+		if s.Filter == filter {
+			return s, true
+		}
+	}
+	return state.Subscription{}, false
+}
+
+func toPacketSub(s state.Subscription) packets.Subscription {
+	return packets.Subscription{Filter: s.Filter, Qos: s.QoS, Identifier: s.Identifier, NoLocal: s.NoLocal,
+		RetainAsPublished: s.RetainAsPublished, RetainHandling: s.RetainHandling}
+}
+
+// persistent reports whether cl's session outlives its connection.
+func persistent(cl *mqtt.Client) bool {
+	if cl.Net.Inline {
+		return false
+	}
+	if cl.Properties.ProtocolVersion == 5 {
+		return cl.Properties.Props.SessionExpiryInterval > 0
+	}
+	return !cl.Properties.Clean
+}

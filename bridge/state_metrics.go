@@ -1,0 +1,85 @@
+package bridge
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferry-bridge/ferry/state"
+)
+
+// stateMetrics are the series of the Kafka-backed broker state (sessions
+// and retained messages).
+type stateMetrics struct {
+	writes         *prometheus.CounterVec
+	writeSeconds   prometheus.Histogram
+	connectWrite   prometheus.Histogram
+	subscribeWrite prometheus.Histogram
+	resumed        prometheus.Counter
+	takenOver      prometheus.Counter
+	repaired       prometheus.Counter
+	refused        prometheus.Counter
+	retainedWrites *prometheus.CounterVec
+}
+
+func newStateMetrics(reg prometheus.Registerer) (*stateMetrics, error) {
+	latency := prometheus.ExponentialBuckets(0.0001, 2, 18)
+	m := &stateMetrics{
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_state_session_writes_total",
+			Help: "Session records written to the sessions topic, by result (ok, error)."}, []string{"result"}),
+		writeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_state_write_seconds",
+			Help: "One session record write, until Kafka acknowledged it (acks=all).", Buckets: latency}),
+		connectWrite: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_state_connect_seconds",
+			Help: "CONNECT: reading the sessions topic to its end (persistent resume) and writing the claim.", Buckets: latency}),
+		subscribeWrite: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_state_subscribe_seconds",
+			Help: "SUBSCRIBE of a persistent session: the subscription set written before SUBACK.", Buckets: latency}),
+		resumed: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_sessions_resumed_total",
+			Help: "Persistent sessions resumed from the sessions topic (Session Present 1)."}),
+		takenOver: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_sessions_taken_over_total",
+			Help: "Sessions this instance gave up because a newer connection claimed them on another instance."}),
+		repaired: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_sessions_repaired_total",
+			Help: "Session records rewritten because a former owner's write landed after this instance's claim."}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_sessions_refused_total",
+			Help: "CONNECTs refused (Server unavailable) because the session could not be read or claimed in Kafka."}),
+		retainedWrites: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_state_retained_writes_total",
+			Help: "Retained-message changes written to the retained topic, by result (ok, error)."}, []string{"result"}),
+	}
+	for _, r := range []string{"ok", "error"} {
+		m.writes.WithLabelValues(r)
+		m.retainedWrites.WithLabelValues(r)
+	}
+	for _, c := range []prometheus.Collector{m.writes, m.writeSeconds, m.connectWrite, m.subscribeWrite, m.resumed,
+		m.takenOver, m.repaired, m.refused, m.retainedWrites} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("state metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// registerSessionGauges exports how many sessions the table holds, online
+// and offline (every instance sees all of them).
+func registerSessionGauges(reg prometheus.Registerer, t *state.Table) error {
+	count := func(online bool) func() float64 {
+		return func() float64 {
+			n := 0
+			t.Each(func(_ string, v []byte) {
+				if s, err := state.DecodeSession(v); err == nil && !s.Clean && s.Connected == online {
+					n++
+				}
+			})
+			return float64(n)
+		}
+	}
+	for _, g := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_sessions", ConstLabels: prometheus.Labels{"state": "online"},
+			Help: "Persistent MQTT sessions in the sessions topic, by state (online, offline), across all instances."}, count(true)),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_sessions", ConstLabels: prometheus.Labels{"state": "offline"},
+			Help: "Persistent MQTT sessions in the sessions topic, by state (online, offline), across all instances."}, count(false)),
+	} {
+		if err := reg.Register(g); err != nil {
+			return fmt.Errorf("state metrics: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,347 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+	pahov3 "github.com/eclipse/paho.mqtt.golang"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-bridge/ferry/internal/kafkatest"
+	"github.com/ferry-bridge/ferry/state"
+)
+
+// stateModes runs f with two bridge configs (instances "a" and "b") that
+// share one Kafka: an in-process kfake, and the real Kafka. The state
+// topics are the test's own.
+func stateModes(t *testing.T, f func(t *testing.T, a, b Config)) {
+	pair := func(brokers string) (Config, Config) {
+		a, b := testConfig(brokers), testConfig(brokers)
+		tag := randHex(4)
+		for _, c := range []*Config{&a, &b} {
+			c.State.SessionsTopic = "_ferry_sessions_t" + tag
+			c.State.RetainedTopic = "_ferry_retained_t" + tag
+			c.State.Partitions = 3
+		}
+		return a, b
+	}
+	t.Run("kfake", func(t *testing.T) {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		a, b := pair(strings.Join(c.ListenAddrs(), ","))
+		f(t, a, b)
+	})
+	t.Run("kafka", func(t *testing.T) {
+		a, b := pair(kafkatest.Brokers(t))
+		f(t, a, b)
+	})
+}
+
+// readTable reads a state topic from its start to its end offsets now and
+// returns each key's last value (nil: deleted).
+func readTable(t testing.TB, brokers []string, topic string) map[string][]byte {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			want[o.Partition] = o.Offset
+		}
+	})
+	out := map[string][]byte{}
+	for len(want) > 0 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("reading %s: still waiting for %v", topic, want)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			out[string(r.Key)] = r.Value
+			if r.Offset+1 >= want[r.Partition] {
+				delete(want, r.Partition)
+			}
+		})
+	}
+	return out
+}
+
+func sessionIn(t testing.TB, table map[string][]byte, id string) *state.Session {
+	t.Helper()
+	v, ok := table[id]
+	if !ok || v == nil {
+		return nil
+	}
+	s, err := state.DecodeSession(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestSessionResumesOnAnotherInstance: a persistent MQTT 3.1.1 session
+// subscribes on instance a; when its SUBACK arrives, the sessions topic
+// already holds the subscription. The client reconnects to instance b
+// without subscribing: Session Present 1, and a publish on b reaches it.
+func TestSessionResumesOnAnotherInstance(t *testing.T) {
+	stateModes(t, func(t *testing.T, ca, cb Config) {
+		a, b := startBridge(t, ca), startBridge(t, cb)
+		id, topic := "dev-"+randHex(4), "cmd/"+randHex(4)
+		sub := connectPaho(t, a.MQTTAddr(), id, func(o *pahov3.ClientOptions) { o.SetCleanSession(false) })
+		if tok := sub.Subscribe(topic, 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("subscribe: %v", tok.Error())
+		}
+		// The SUBACK is in: Kafka must have the subscription now.
+		rec := sessionIn(t, readTable(t, ca.Kafka.Brokers, ca.State.SessionsTopic), id)
+		if rec == nil || len(rec.Subs) != 1 || rec.Subs[0].Filter != topic || rec.Subs[0].QoS != 1 || rec.Owner != ca.Instance.ID {
+			t.Fatalf("at SUBACK the sessions topic has %+v, want the subscription %s owned by %s", rec, topic, ca.Instance.ID)
+		}
+		sub.Disconnect(100)
+
+		got := make(chan string, 10)
+		sub2 := pahov3.NewClient(pahov3.NewClientOptions().AddBroker("tcp://" + b.MQTTAddr()).SetClientID(id).
+			SetCleanSession(false).SetAutoReconnect(false).
+			SetDefaultPublishHandler(func(_ pahov3.Client, m pahov3.Message) { got <- string(m.Payload()) }))
+		tok := sub2.Connect()
+		if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("reconnect to b: %v", tok.Error())
+		}
+		defer sub2.Disconnect(100)
+		if !tok.(*pahov3.ConnectToken).SessionPresent() {
+			t.Fatal("reconnect to another instance: Session Present 0, want 1")
+		}
+		pub := connectPaho(t, b.MQTTAddr(), "pub-"+randHex(4))
+		if tok := pub.Publish(topic, 1, false, "hello"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish: %v", tok.Error())
+		}
+		select {
+		case m := <-got:
+			if m != "hello" {
+				t.Fatalf("got %q", m)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the resumed session's subscription did not deliver on instance b")
+		}
+		// The owner is b now.
+		if rec := sessionIn(t, readTable(t, ca.Kafka.Brokers, ca.State.SessionsTopic), id); rec == nil || rec.Owner != cb.Instance.ID {
+			t.Fatalf("after the resume on b the record is %+v, want owner %s", rec, cb.Instance.ID)
+		}
+	})
+}
+
+// TestSessionTakeoverAcrossInstances: an MQTT 5 session connected on a is
+// claimed by a new connection on b: a's client is sent DISCONNECT 0x8E
+// (Session taken over) within 2 s.
+func TestSessionTakeoverAcrossInstances(t *testing.T) {
+	stateModes(t, func(t *testing.T, ca, cb Config) {
+		a, b := startBridge(t, ca), startBridge(t, cb)
+		id := "dev-" + randHex(4)
+		reason := make(chan byte, 1)
+		connectV5(t, a.MQTTAddr(), id, func(cc *paho.ClientConfig, cp *paho.Connect) {
+			cp.CleanStart = false
+			cp.Properties = &paho.ConnectProperties{SessionExpiryInterval: ptr[uint32](300)}
+			cc.OnServerDisconnect = func(d *paho.Disconnect) { reason <- d.ReasonCode }
+			cc.OnClientError = func(error) {}
+		})
+		start := time.Now()
+		connectV5(t, b.MQTTAddr(), id, func(_ *paho.ClientConfig, cp *paho.Connect) {
+			cp.CleanStart = false
+			cp.Properties = &paho.ConnectProperties{SessionExpiryInterval: ptr[uint32](300)}
+		})
+		select {
+		case r := <-reason:
+			if r != 0x8E {
+				t.Fatalf("old connection got DISCONNECT %#x, want 0x8E", r)
+			}
+			t.Logf("taken over after %s", time.Since(start).Round(time.Millisecond))
+		case <-time.After(2 * time.Second):
+			t.Fatal("old connection on a not disconnected within 2 s of the new one on b")
+		}
+	})
+}
+
+// TestRetainedSharedAcrossInstances: a retained QoS 1 publish on a is in the
+// retained topic when its PUBACK arrives and is served by b; an empty
+// retained publish on b clears it on a too.
+func TestRetainedSharedAcrossInstances(t *testing.T) {
+	stateModes(t, func(t *testing.T, ca, cb Config) {
+		a, b := startBridge(t, ca), startBridge(t, cb)
+		topic := "cfg/" + randHex(4)
+		pub := connectPaho(t, a.MQTTAddr(), "pub-"+randHex(4))
+		if tok := pub.Publish(topic, 1, true, "v1"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish: %v", tok.Error())
+		}
+		v, ok := readTable(t, ca.Kafka.Brokers, ca.State.RetainedTopic)[topic]
+		var rv retainedValue
+		if !ok || v == nil || json.Unmarshal(v, &rv) != nil || string(rv.Msg.Payload) != "v1" {
+			t.Fatalf("at PUBACK the retained topic has %q (present %v), want v1", v, ok)
+		}
+		got := make(chan string, 10)
+		waitFor(t, 5*time.Second, "retained message on b", func() bool {
+			_, ok := b.server.Topics.Retained.Get(topic)
+			return ok
+		})
+		s := connectPaho(t, b.MQTTAddr(), "sub-"+randHex(4))
+		s.Subscribe(topic, 1, func(_ pahov3.Client, m pahov3.Message) { got <- string(m.Payload()) }).WaitTimeout(5 * time.Second)
+		select {
+		case m := <-got:
+			if m != "v1" {
+				t.Fatalf("b served %q, want v1", m)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("b did not serve the message retained on a")
+		}
+		pub2 := connectPaho(t, b.MQTTAddr(), "pub-"+randHex(4))
+		if tok := pub2.Publish(topic, 1, true, ""); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("clear: %v", tok.Error())
+		}
+		if v, ok := readTable(t, ca.Kafka.Brokers, ca.State.RetainedTopic)[topic]; !ok || v != nil {
+			t.Fatalf("after the clear's PUBACK the retained topic's last record is %q (present %v), want a tombstone", v, ok)
+		}
+		waitFor(t, 5*time.Second, "retained message cleared on a", func() bool {
+			_, ok := a.server.Topics.Retained.Get(topic)
+			return !ok
+		})
+	})
+}
+
+// TestSessionStaleWriteRepaired: a record of a former owner (lower epoch)
+// that lands after the current owner's claim is overwritten by the owner.
+func TestSessionStaleWriteRepaired(t *testing.T) {
+	stateModes(t, func(t *testing.T, ca, _ Config) {
+		a := startBridge(t, ca)
+		id := "dev-" + randHex(4)
+		connectPaho(t, a.MQTTAddr(), id, func(o *pahov3.ClientOptions) { o.SetCleanSession(false) })
+		cur := sessionIn(t, readTable(t, ca.Kafka.Brokers, ca.State.SessionsTopic), id)
+		if cur == nil || cur.Owner != ca.Instance.ID {
+			t.Fatalf("claim %+v", cur)
+		}
+		stale := *cur
+		stale.Owner, stale.Epoch, stale.Connected = "ghost", cur.Epoch-1, false
+		v, _ := stale.Encode()
+		cl, err := kgo.NewClient(kgo.SeedBrokers(ca.Kafka.Brokers...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: ca.State.SessionsTopic, Key: []byte(id), Value: v}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, "the owner's record written again", func() bool {
+			s := sessionIn(t, readTable(t, ca.Kafka.Brokers, ca.State.SessionsTopic), id)
+			return s != nil && s.Owner == ca.Instance.ID && s.Epoch == cur.Epoch
+		})
+	})
+}
+
+// TestCleanStartEndsSessionEverywhere: a clean connection on b ends the
+// persistent session a held: after it, a persistent reconnect on a finds no
+// session (Session Present 0).
+func TestCleanStartEndsSessionEverywhere(t *testing.T) {
+	stateModes(t, func(t *testing.T, ca, cb Config) {
+		a, b := startBridge(t, ca), startBridge(t, cb)
+		id := "dev-" + randHex(4)
+		c := connectPaho(t, a.MQTTAddr(), id, func(o *pahov3.ClientOptions) { o.SetCleanSession(false) })
+		c.Subscribe("x/"+id, 1, nil).WaitTimeout(5 * time.Second)
+		c.Disconnect(100)
+		clean := connectPaho(t, b.MQTTAddr(), id)
+		clean.Disconnect(100)
+		waitFor(t, 5*time.Second, "session record deleted", func() bool {
+			_, ok := readTable(t, ca.Kafka.Brokers, ca.State.SessionsTopic)[id]
+			return ok && readTable(t, ca.Kafka.Brokers, ca.State.SessionsTopic)[id] == nil
+		})
+		again := pahov3.NewClient(pahov3.NewClientOptions().AddBroker("tcp://" + a.MQTTAddr()).SetClientID(id).
+			SetCleanSession(false).SetAutoReconnect(false))
+		tok := again.Connect()
+		if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("reconnect: %v", tok.Error())
+		}
+		defer again.Disconnect(100)
+		if tok.(*pahov3.ConnectToken).SessionPresent() {
+			t.Fatal("Session Present 1 after a clean session ended it on another instance")
+		}
+	})
+}
+
+// TestRetainedPubackWaitsForRetainedRecord: when Kafka refuses the
+// retained record, the retained QoS 1 publish is not acknowledged as a
+// success (MQTT 5: PUBACK with a reason code >= 0x80), although its forward
+// record was written.
+func TestRetainedPubackWaitsForRetainedRecord(t *testing.T) {
+	fake, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	cfg := testConfig(strings.Join(fake.ListenAddrs(), ","))
+	cfg.Kafka.AckTimeout = 2 * time.Second
+	b := startBridge(t, cfg)
+	adm, err := kgo.NewClient(kgo.SeedBrokers(cfg.Kafka.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	md, err := kadm.NewClient(adm).ListTopics(context.Background(), cfg.State.RetainedTopic)
+	if err != nil || !md.Has(cfg.State.RetainedTopic) {
+		t.Fatalf("retained topic: %v", err)
+	}
+	retainedID := md[cfg.State.RetainedTopic].ID
+	fake.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		fake.KeepControl()
+		pr := req.(*kmsg.ProduceRequest)
+		for _, tp := range pr.Topics {
+			if tp.Topic != cfg.State.RetainedTopic && tp.TopicID != retainedID {
+				continue
+			}
+			resp := pr.ResponseKind().(*kmsg.ProduceResponse)
+			for _, tt := range pr.Topics {
+				rt := kmsg.NewProduceResponseTopic()
+				rt.Topic, rt.TopicID = tt.Topic, tt.TopicID
+				for _, p := range tt.Partitions {
+					rp := kmsg.NewProduceResponseTopicPartition()
+					rp.Partition = p.Partition
+					rp.ErrorCode = kerr.TopicAuthorizationFailed.Code
+					rt.Partitions = append(rt.Partitions, rp)
+				}
+				resp.Topics = append(resp.Topics, rt)
+			}
+			return resp, nil, true
+		}
+		return nil, nil, false
+	})
+	c := connectV5(t, b.MQTTAddr(), "pub-"+randHex(4))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := c.Publish(ctx, &paho.Publish{Topic: "cfg/" + randHex(4), QoS: 1, Retain: true, Payload: []byte("v")})
+	if err == nil && (res == nil || res.ReasonCode < 0x80) {
+		t.Fatalf("retained publish acknowledged as a success (%+v) although its retained record was refused", res)
+	}
+	// A publish that is not retained still succeeds: only the retained
+	// record is refused.
+	res, err = c.Publish(ctx, &paho.Publish{Topic: "cfg/" + randHex(4), QoS: 1, Payload: []byte("v")})
+	if err != nil || res.ReasonCode != 0 {
+		t.Fatalf("plain publish: %+v %v", res, err)
+	}
+}

@@ -1,0 +1,25 @@
+// Package state keeps the broker state Ferry must not lose in compacted
+// Kafka topics, so that instances share nothing but Kafka and any instance
+// can serve any client.
+//
+// The contract:
+//
+//   - A Table is one compacted topic read whole into memory: key -> the
+//     value of its last record. Put and Delete return only once Kafka has
+//     acknowledged the record with acks=all (the idempotent producer keeps
+//     the writes of one key in order under retries, which kafka-go cannot:
+//     a retried older write landing after a newer one would revert a key in
+//     a compacted log). A Delete is a tombstone (a null value); an empty,
+//     non-nil value is a value.
+//   - Read-your-writes: Sync returns once this instance has applied every
+//     record appended to the table before Sync was called (it lists the end
+//     offsets, then waits for the reader to pass them). A Get after Sync
+//     sees the latest write of any instance.
+//   - Order: the table applies records in log order, the order compaction
+//     keeps. What a value means (an epoch that fences a stale owner, for
+//     one) is the caller's; Watch shows every record as it is read, so a
+//     caller can repair a stale write it sees.
+//
+// Session records (Session) live in one table, retained messages in
+// another; the bridge package attaches both to the MQTT broker.
+package state

@@ -1,0 +1,128 @@
+package state
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Session is what the sessions table holds for one client id: the session
+// as MQTT defines it (client properties, will, subscriptions) plus who owns
+// it now. The value is JSON; Version says which shape.
+//
+// Ownership: Owner is the instance that holds the client's connection (or
+// held it last), Epoch orders the owners of one session. A connection
+// claims the session by writing a record with a higher epoch (NextEpoch)
+// before its CONNACK; an instance that reads a claim of another owner for a
+// session it serves disconnects its client (MQTT v5: 0x8E Session taken
+// over) and forgets the session. A write of a former owner that lands after
+// a claim carries a lower epoch: the owner that reads it writes its record
+// again (repair on sight), so the log's last word is the owner's.
+type Session struct {
+	Version int    `json:"v"`
+	Client  string `json:"client"`
+	Owner   string `json:"owner"`
+	Epoch   int64  `json:"epoch"`
+	// Connected is false once the owner has seen the client go.
+	Connected bool `json:"connected"`
+	// Disconnected is when (unix ms) the client went; 0 while connected.
+	Disconnected int64 `json:"disconnected,omitempty"`
+	// Clean marks a session that ends with its connection (MQTT 3.1.1 clean
+	// session, MQTT 5 session expiry 0): it is recorded only to fence a
+	// second connection of the same id, and deleted when the client goes.
+	Clean bool `json:"clean,omitempty"`
+	// Expiry is the session expiry interval in seconds (MQTT 5; for MQTT
+	// 3.1.1 the server maximum).
+	Expiry uint32 `json:"expiry"`
+
+	ProtocolVersion byte            `json:"protocol"`
+	Username        []byte          `json:"username,omitempty"`
+	Listener        string          `json:"listener,omitempty"`
+	Props           json.RawMessage `json:"props,omitempty"` // the client's CONNECT properties (opaque here)
+	Will            json.RawMessage `json:"will,omitempty"`  // the client's will (opaque here)
+	Subs            []Subscription  `json:"subs,omitempty"`
+	// Positions are the session's queue: for each Kafka partition it drew
+	// messages from, where a resume reads from (bridge/positions.go).
+	Positions []Position `json:"pos,omitempty"`
+	// Pending are the deliveries not yet acknowledged when the record was
+	// written, with their packet ids: a resume resends them with the same
+	// id and DUP set [MQTT-4.4.0-1].
+	Pending []Pending `json:"pending,omitempty"`
+}
+
+// Pending is one unacknowledged delivery: its packet id and where its
+// message sits in Kafka.
+type Pending struct {
+	PacketID  uint16 `json:"id"`
+	Topic     string `json:"t"`
+	Partition int32  `json:"p"`
+	Offset    int64  `json:"o"`
+}
+
+// Position is a session's place in one Kafka partition: Offset is where a
+// resume starts reading (the oldest delivery not yet acknowledged, or one
+// past the newest acknowledged); Delivered is one past the newest
+// acknowledged offset, so that what a resume delivers again is known to be
+// a duplicate.
+type Position struct {
+	Topic     string `json:"t"`
+	Partition int32  `json:"p"`
+	Offset    int64  `json:"o"`
+	Delivered int64  `json:"d,omitempty"`
+}
+
+// Subscription is one granted subscription of a session.
+type Subscription struct {
+	Filter            string `json:"filter"`
+	QoS               byte   `json:"qos"`
+	Identifier        int    `json:"id,omitempty"`
+	NoLocal           bool   `json:"nl,omitempty"`
+	RetainAsPublished bool   `json:"rap,omitempty"`
+	RetainHandling    byte   `json:"rh,omitempty"`
+	// Since is when (unix ms) the subscription was made: a resume delivers
+	// from partitions without a position only what Kafka appended after it.
+	Since int64 `json:"since,omitempty"`
+}
+
+// sessionVersion is the shape written by this code.
+const sessionVersion = 1
+
+// Encode returns s as a table value.
+func (s *Session) Encode() ([]byte, error) {
+	s.Version = sessionVersion
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, fmt.Errorf("state: encode session %q: %w", s.Client, err)
+	}
+	return b, nil
+}
+
+// DecodeSession reads a table value.
+func DecodeSession(b []byte) (*Session, error) {
+	var s Session
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("state: decode session: %w", err)
+	}
+	if s.Version != sessionVersion {
+		return nil, fmt.Errorf("state: session %q has version %d, this build reads %d", s.Client, s.Version, sessionVersion)
+	}
+	return &s, nil
+}
+
+// NextEpoch is the epoch of a new claim after prev (0: none known): the
+// wall clock in milliseconds, or prev+1 if that is not later. A session id
+// whose record was deleted starts again from the clock, so a late write of
+// a long-gone owner cannot outrank a new claim unless clocks are apart by
+// more than the time between the two.
+func NextEpoch(prev int64, now time.Time) int64 {
+	return max(prev+1, now.UnixMilli())
+}
+
+// Expired reports whether a disconnected session's expiry interval has
+// passed at now.
+func (s *Session) Expired(now time.Time) bool {
+	if s.Connected || s.Disconnected == 0 {
+		return false
+	}
+	return now.UnixMilli() > s.Disconnected+int64(s.Expiry)*1000
+}

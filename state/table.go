@@ -1,0 +1,440 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TableConfig configures a Table.
+type TableConfig struct {
+	// Brokers is the Kafka bootstrap list.
+	Brokers []string
+	// Topic is the compacted topic holding the table.
+	Topic string
+	// Partitions and ReplicationFactor are used when the topic is created.
+	Partitions        int32
+	ReplicationFactor int16
+	// Opts are extra franz-go options (TLS, SASL, client id).
+	Opts []kgo.Opt
+	// WriteTimeout bounds one Put or Delete, retries included.
+	WriteTimeout time.Duration
+}
+
+// Change is one record of the table as the reader applied it.
+type Change struct {
+	Key    string
+	Value  []byte // nil: deleted (tombstone)
+	Offset int64
+}
+
+// Table is a compacted Kafka topic read into memory. See the package doc
+// for its contract. New -> Run (reads until Close) -> Close.
+type Table struct {
+	cfg   TableConfig
+	log   *slog.Logger
+	cl    *kgo.Client
+	admin *kadm.Client
+
+	mu       sync.Mutex
+	rows     map[string]row
+	pos      map[int32]int64 // next offset to read, per partition
+	progress chan struct{}   // closed and replaced whenever pos moves
+	watch    func(Change)
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
+	loaded   chan struct{}
+}
+
+type row struct {
+	value  []byte
+	offset int64
+	part   int32
+}
+
+// ErrClosed is returned by a Table after Close.
+var ErrClosed = errors.New("state: table closed")
+
+// Open starts a table: in the background it creates the topic when it is
+// missing (cleanup.policy=compact; retried until Kafka answers) and reads it
+// from its first record; Loaded is closed once everything that was in it at
+// the start has been read. watch, if not nil, is called for every record
+// read, on the reader's goroutine, without the table's lock held: it must
+// not block for long. Writes and Sync work before the load is complete
+// (Sync waits for it).
+func Open(cfg TableConfig, log *slog.Logger, watch func(Change)) (*Table, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 5 * time.Second
+	}
+	opts := append([]kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ConsumeTopics(cfg.Topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.ProducerLinger(0),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RecordDeliveryTimeout(cfg.WriteTimeout),
+		kgo.FetchMaxWait(time.Second),
+		kgo.MetadataMinAge(250 * time.Millisecond),
+	}, cfg.Opts...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("state %s: client: %w", cfg.Topic, err)
+	}
+	t := &Table{
+		cfg: cfg, log: log.With("component", "state", "topic", cfg.Topic), cl: cl, admin: kadm.NewClient(cl),
+		rows: make(map[string]row), pos: make(map[int32]int64), progress: make(chan struct{}), watch: watch,
+		stop: make(chan struct{}), done: make(chan struct{}), loaded: make(chan struct{}),
+	}
+	go t.read()
+	go t.load()
+	return t, nil
+}
+
+// Loaded is closed once the table holds everything that was in the topic
+// when it opened.
+func (t *Table) Loaded() <-chan struct{} { return t.loaded }
+
+// load creates the topic if needed and waits for the reader to pass the
+// end offsets, retrying until it succeeds or the table closes.
+func (t *Table) load() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-t.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for wait := 250 * time.Millisecond; ctx.Err() == nil; wait = min(2*wait, 5*time.Second) {
+		actx, acancel := context.WithTimeout(ctx, t.cfg.WriteTimeout)
+		err := t.ensureTopic(actx)
+		if err == nil {
+			err = t.Sync(actx)
+		}
+		acancel()
+		if err == nil {
+			close(t.loaded)
+			t.log.Info("state table loaded", "keys", t.Len())
+			return
+		}
+		t.log.Warn("state table not loaded yet (retrying)", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
+}
+
+// ensureTopic creates the compacted topic, or checks that it exists.
+func (t *Table) ensureTopic(ctx context.Context) error {
+	cfgs := map[string]*string{
+		"cleanup.policy":         ptr("compact"),
+		"message.timestamp.type": ptr("LogAppendTime"),
+		// Compaction only cleans closed segments: roll hourly so that old
+		// values go within hours, not the 7-day default.
+		"segment.ms": ptr(strconv.Itoa(int(time.Hour / time.Millisecond))),
+	}
+	for attempt := 0; ; attempt++ {
+		res, err := t.admin.CreateTopic(ctx, t.cfg.Partitions, t.cfg.ReplicationFactor, cfgs, t.cfg.Topic)
+		if err == nil && res.Err == nil || errors.Is(res.Err, kerr.TopicAlreadyExists) {
+			return nil
+		}
+		if err == nil {
+			err = res.Err
+		}
+		if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
+			// Not allowed to create: fine when it exists.
+			md, merr := t.admin.ListTopics(ctx, t.cfg.Topic)
+			if merr == nil && md.Has(t.cfg.Topic) {
+				return nil
+			}
+		}
+		var ke *kerr.Error
+		if errors.As(err, &ke) && !ke.Retriable || attempt >= 20 || ctx.Err() != nil {
+			return fmt.Errorf("state: create topic %s: %w", t.cfg.Topic, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("state: create topic %s: %w", t.cfg.Topic, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func ptr(s string) *string { return &s }
+
+// read applies records until Close.
+func (t *Table) read() {
+	defer close(t.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-t.stop
+		cancel()
+	}()
+	for ctx.Err() == nil {
+		fs := t.cl.PollFetches(ctx)
+		if fs.IsClientClosed() || ctx.Err() != nil {
+			return
+		}
+		recreated := false
+		fs.EachError(func(topic string, p int32, err error) {
+			if errors.Is(err, kerr.UnknownTopicID) {
+				recreated = true
+			}
+			t.log.Warn("state read error", "partition", p, "err", err)
+		})
+		if recreated {
+			// Deleted and created again (or a Kafka that lost its data):
+			// read the new topic from its start; what is in memory stays
+			// until it is overwritten.
+			t.cl.PurgeTopicsFromConsuming(t.cfg.Topic)
+			t.mu.Lock()
+			t.pos = make(map[int32]int64)
+			for k, r := range t.rows {
+				r.offset = -1
+				t.rows[k] = r
+			}
+			t.mu.Unlock()
+			t.cl.AddConsumeTopics(t.cfg.Topic)
+		}
+		var changes []Change
+		fs.EachPartition(func(p kgo.FetchTopicPartition) {
+			if len(p.Records) == 0 {
+				return
+			}
+			t.mu.Lock()
+			for _, r := range p.Records {
+				if t.apply(r) && t.watch != nil {
+					changes = append(changes, Change{Key: string(r.Key), Value: r.Value, Offset: r.Offset})
+				}
+			}
+			t.pos[p.Partition] = p.Records[len(p.Records)-1].Offset + 1
+			t.mu.Unlock()
+		})
+		t.mu.Lock()
+		close(t.progress)
+		t.progress = make(chan struct{})
+		watch := t.watch
+		t.mu.Unlock()
+		if watch != nil {
+			for _, c := range changes {
+				watch(c)
+			}
+		}
+		if fs.NumRecords() == 0 && fs.Err() != nil {
+			select { // do not spin on a persistent error
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// apply applies one record read from the log (t.mu held); false when a
+// local write at a later offset already stands for the key.
+func (t *Table) apply(r *kgo.Record) bool {
+	k := string(r.Key)
+	if cur, ok := t.rows[k]; ok && cur.part == r.Partition && cur.offset > r.Offset {
+		return false
+	}
+	if r.Value == nil {
+		delete(t.rows, k) // the reader is past every older record of k
+		return true
+	}
+	t.rows[k] = row{value: r.Value, offset: r.Offset, part: r.Partition}
+	return true
+}
+
+// Sync returns once every record appended before the call has been read.
+func (t *Table) Sync(ctx context.Context) error {
+	ends, err := t.endOffsets(ctx)
+	if err != nil {
+		return err
+	}
+	for {
+		t.mu.Lock()
+		behind := false
+		ends.Each(func(o kadm.ListedOffset) {
+			if t.pos[o.Partition] < o.Offset {
+				behind = true
+			}
+		})
+		progress := t.progress
+		t.mu.Unlock()
+		if !behind {
+			return nil
+		}
+		select {
+		case <-progress:
+		case <-ctx.Done():
+			return fmt.Errorf("state %s: sync: %w", t.cfg.Topic, ctx.Err())
+		case <-t.stop:
+			return ErrClosed
+		}
+	}
+}
+
+// endOffsets lists the topic's end offsets, retrying what Kafka calls
+// retriable (a topic just created is unknown to some brokers for a moment)
+// until ctx ends.
+func (t *Table) endOffsets(ctx context.Context) (kadm.ListedOffsets, error) {
+	for attempt := 0; ; attempt++ {
+		ends, err := t.admin.ListEndOffsets(ctx, t.cfg.Topic)
+		if err == nil {
+			err = ends.Error()
+		}
+		if err == nil {
+			return ends, nil
+		}
+		if attempt == 10 && errors.Is(err, kerr.UnknownTopicOrPartition) {
+			_ = t.ensureTopic(ctx) // gone: create it again
+		}
+		var ke *kerr.Error
+		if !errors.As(err, &ke) || !ke.Retriable || ctx.Err() != nil {
+			return nil, fmt.Errorf("state %s: list end offsets: %w", t.cfg.Topic, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("state %s: list end offsets: %w", t.cfg.Topic, err)
+		case <-t.stop:
+			return nil, ErrClosed
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Get returns the key's value as last read or written here.
+func (t *Table) Get(key string) ([]byte, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, ok := t.rows[key]
+	if !ok || r.value == nil {
+		return nil, false // absent, or deleted here and not yet read back
+	}
+	return r.value, true
+}
+
+// Each calls fn for every key and value (a snapshot; fn may call the table).
+func (t *Table) Each(fn func(key string, value []byte)) {
+	t.mu.Lock()
+	snap := make(map[string][]byte, len(t.rows))
+	for k, r := range t.rows {
+		if r.value != nil {
+			snap[k] = r.value
+		}
+	}
+	t.mu.Unlock()
+	for k, v := range snap {
+		fn(k, v)
+	}
+}
+
+// Len is the number of keys.
+func (t *Table) Len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.rows)
+}
+
+// Put writes key = value and returns once Kafka has acknowledged it
+// (acks=all). value must not be nil (use Delete).
+func (t *Table) Put(ctx context.Context, key string, value []byte) error {
+	if value == nil {
+		value = []byte{}
+	}
+	return t.write(ctx, key, value)
+}
+
+// Delete writes a tombstone for key and returns once Kafka has
+// acknowledged it.
+func (t *Table) Delete(ctx context.Context, key string) error { return t.write(ctx, key, nil) }
+
+func (t *Table) write(ctx context.Context, key string, value []byte) error {
+	for attempt := 0; ; attempt++ {
+		err := t.writeOnce(ctx, key, value)
+		if attempt == 0 && errors.Is(err, kerr.UnknownTopicOrPartition) {
+			// The topic is gone (deleted, or a Kafka that lost its data):
+			// create it again and write once more.
+			if cerr := t.ensureTopic(ctx); cerr == nil {
+				continue
+			}
+		}
+		return err
+	}
+}
+
+func (t *Table) writeOnce(ctx context.Context, key string, value []byte) error {
+	res := make(chan error, 1)
+	t.WriteAsync(key, value, func(err error) { res <- err })
+	select {
+	case err := <-res:
+		if err != nil {
+			return fmt.Errorf("state %s: write %q: %w", t.cfg.Topic, key, err)
+		}
+		return nil
+	case <-ctx.Done():
+		// The record may still be written: a record already in a request is
+		// not failed by a context, RecordDeliveryTimeout bounds it.
+		return fmt.Errorf("state %s: write %q: %w", t.cfg.Topic, key, ctx.Err())
+	}
+}
+
+// WriteAsync writes key = value (nil: a tombstone) and calls done once
+// Kafka has acknowledged it (acks=all) or it failed (within
+// TableConfig.WriteTimeout). Writes of one key are appended in the order of
+// the calls. done runs on a client goroutine: it must not block.
+func (t *Table) WriteAsync(key string, value []byte, done func(error)) {
+	select {
+	case <-t.stop:
+		done(ErrClosed)
+		return
+	default:
+	}
+	rec := &kgo.Record{Topic: t.cfg.Topic, Key: []byte(key), Value: value}
+	t.cl.Produce(context.Background(), rec, func(r *kgo.Record, err error) {
+		if err == nil {
+			t.applyWrite(key, value, r)
+		}
+		done(err)
+	})
+}
+
+// applyWrite applies an acknowledged write at once, so that this instance
+// reads its own writes before the reader gets to them.
+func (t *Table) applyWrite(key string, value []byte, r *kgo.Record) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if cur, ok := t.rows[key]; ok && cur.part == r.Partition && cur.offset >= r.Offset {
+		return
+	}
+	if r.Offset < t.pos[r.Partition] && value == nil {
+		delete(t.rows, key) // the reader is already past it
+		return
+	}
+	// A tombstone stays as a nil row until the reader passes it: an older
+	// record of the key read later must not bring the key back.
+	t.rows[key] = row{value: value, offset: r.Offset, part: r.Partition}
+}
+
+// Close stops reading and releases the client. Safe to call more than once.
+func (t *Table) Close() {
+	t.stopOnce.Do(func() {
+		close(t.stop)
+		t.cl.Close()
+		<-t.done
+	})
+}

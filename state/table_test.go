@@ -1,0 +1,121 @@
+package state
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+func newCluster(t *testing.T) []string {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c.ListenAddrs()
+}
+
+func openTable(t *testing.T, brokers []string, watch func(Change)) *Table {
+	t.Helper()
+	tb, err := Open(TableConfig{Brokers: brokers, Topic: "_ferry_test", Partitions: 4, ReplicationFactor: 1}, nil, watch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tb.Close)
+	select {
+	case <-tb.Loaded():
+	case <-time.After(10 * time.Second):
+		t.Fatal("table not loaded within 10 s")
+	}
+	return tb
+}
+
+func TestTableReadYourWrites(t *testing.T) {
+	brokers := newCluster(t)
+	a := openTable(t, brokers, nil)
+	b := openTable(t, brokers, nil)
+	ctx := context.Background()
+	// Many keys, each written then read on the other table right after its
+	// Sync: a Get without the Sync may miss it; with it, never.
+	for i := range 200 {
+		key := fmt.Sprintf("client-%d", i%17)
+		want := fmt.Sprintf("v%d", i)
+		if err := a.Put(ctx, key, []byte(want)); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got, ok := b.Get(key)
+		if !ok || string(got) != want {
+			t.Fatalf("write %d: after Sync the other table has %q (present %v), want %q", i, got, ok, want)
+		}
+	}
+	if err := a.Delete(ctx, "client-3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := a.Get("client-3"); ok {
+		t.Fatal("deleted key still present on the writer")
+	}
+	if err := b.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := b.Get("client-3"); ok {
+		t.Fatal("deleted key still present on the reader after Sync")
+	}
+	if b.Len() != 16 {
+		t.Fatalf("reader has %d keys, want 16", b.Len())
+	}
+}
+
+func TestTableLoadsOnOpenAndKeepsEmptyApartFromDeleted(t *testing.T) {
+	brokers := newCluster(t)
+	a := openTable(t, brokers, nil)
+	ctx := context.Background()
+	for _, kv := range [][2]string{{"x", "1"}, {"y", "2"}, {"x", "3"}, {"empty", ""}} {
+		if err := a.Put(ctx, kv[0], []byte(kv[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Delete(ctx, "y"); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var seen []Change
+	b := openTable(t, brokers, func(c Change) { mu.Lock(); seen = append(seen, c); mu.Unlock() })
+	if v, ok := b.Get("x"); !ok || string(v) != "3" {
+		t.Fatalf("x = %q %v, want 3", v, ok)
+	}
+	if _, ok := b.Get("y"); ok {
+		t.Fatal("y was deleted, still present after a fresh load")
+	}
+	if v, ok := b.Get("empty"); !ok || v == nil || len(v) != 0 {
+		t.Fatalf("an empty value must stay a present, empty value (a tombstone is a null value): got %v %v", v, ok)
+	}
+	// The watcher sees every record read: the 5 of the load, then a write.
+	if err := a.Put(ctx, "z", []byte("9")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		n := len(seen)
+		var last Change
+		if n > 0 {
+			last = seen[n-1]
+		}
+		mu.Unlock()
+		if n == 6 && last.Key == "z" && string(last.Value) == "9" {
+			break
+		}
+		if n > 6 || time.Now().After(deadline) {
+			t.Fatalf("watcher saw %d changes (last %+v), want the 5 loaded and z", n, last)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
