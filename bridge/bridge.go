@@ -204,7 +204,7 @@ func (b *Bridge) start(ctx context.Context) error {
 	if err := addAuth(b.server, b.cfg.MQTT); err != nil {
 		return err
 	}
-	if err := b.server.AddHook(new(compatHook), nil); err != nil {
+	if err := b.server.AddHook(&compatHook{obscureNotAuthorized: b.cfg.MQTT.ObscureNotAuthorized}, nil); err != nil {
 		return fmt.Errorf("mqtt compat hook: %w", err)
 	}
 	if kh := newKeepaliveHook(b.cfg.MQTT.MaxKeepalive); kh != nil {
@@ -277,6 +277,7 @@ func (b *Bridge) mochiOptions() *mqtt.Options {
 	// Acknowledgements carry only their own reason string and user
 	// properties, never the PUBLISH's (a strict client refuses them).
 	caps.Compatibilities.NoInheritedPropertiesOnAck = true
+	caps.Compatibilities.ObscureNotAuthorized = b.cfg.MQTT.ObscureNotAuthorized
 	return &mqtt.Options{
 		Capabilities: caps,
 		InlineClient: true,

@@ -88,6 +88,11 @@ type MQTTConfig struct {
 	// ClientWritesPending is mochi's per-client outbound queue length; lower it
 	// for very many connections. Default: 1024.
 	ClientWritesPending int `mapstructure:"client_writes_pending" yaml:"client_writes_pending"`
+	// ObscureNotAuthorized makes MQTT 5 refusals for lack of authorization
+	// (a denied SUBSCRIBE filter or PUBLISH) say 0x80 Unspecified error
+	// instead of 0x87 Not authorized, which some clients and test suites
+	// expect (mochi's Compatibilities.ObscureNotAuthorized). Default: false.
+	ObscureNotAuthorized bool `mapstructure:"obscure_not_authorized" yaml:"obscure_not_authorized"`
 }
 
 // User is one MQTT credential with its topic ACL.
