@@ -51,7 +51,7 @@ type Bridge struct {
 
 	brokers   []string
 	mqttAddrs map[string]string
-	kafkaOK   atomic.Bool
+	kafka     *kafkaWatch
 
 	workers       sync.WaitGroup
 	hardCancel    context.CancelFunc
@@ -60,13 +60,14 @@ type Bridge struct {
 	reverseCtx    context.Context
 	reverseCancel context.CancelFunc
 
-	ready     chan struct{}
-	stop      chan struct{}
-	stopOnce  sync.Once
-	done      chan struct{}
-	running   atomic.Bool
-	closeOnce sync.Once
-	closeErr  error
+	ready       chan struct{}
+	failedStart bool // Run's start failed: shutdown only cleans up
+	stop        chan struct{}
+	stopOnce    sync.Once
+	done        chan struct{}
+	running     atomic.Bool
+	closeOnce   sync.Once
+	closeErr    error
 }
 
 // New validates cfg and builds a bridge. Nothing listens until Run.
@@ -138,6 +139,9 @@ func (b *Bridge) Run(ctx context.Context) error {
 	}
 	defer close(b.done)
 	if err := b.start(ctx); err != nil {
+		// Clean up quietly: "ferry bridge stopped" before the start error
+		// would read as if the bridge had run.
+		b.failedStart = true
 		b.shutdown()
 		return err
 	}
@@ -235,12 +239,13 @@ func (b *Bridge) start(ctx context.Context) error {
 		defer b.workers.Done()
 		b.producer.run(hard)
 	}()
+	b.kafka = newKafkaWatch(b.log, brokers)
 	watchCtx, watchCancel := context.WithCancel(context.Background())
 	b.watchCancel = watchCancel
 	b.watchDone = make(chan struct{})
 	go func() {
 		defer close(b.watchDone)
-		b.watchKafka(watchCtx)
+		b.kafka.run(watchCtx, b.kclient)
 	}()
 
 	if len(b.cfg.Reverse.Topics) > 0 {
@@ -289,7 +294,7 @@ func (b *Bridge) mochiOptions() *mqtt.Options {
 func (b *Bridge) addListeners() error {
 	add := func(l listeners.Listener) error {
 		if err := b.server.AddListener(&writeTimeoutListener{Listener: l, timeout: mqttWriteTimeout}); err != nil {
-			return fmt.Errorf("mqtt listener %s on %s: %w", l.ID(), l.Address(), err)
+			return fmt.Errorf("mqtt listener %s on %s: %w%s", l.ID(), l.Address(), err, inUseHint(err, listenerKey[l.ID()]))
 		}
 		return nil
 	}
@@ -339,35 +344,6 @@ func boundAddr(l listeners.Listener) string {
 	return ""
 }
 
-// watchKafka keeps kafkaOK current for /readyz.
-func (b *Bridge) watchKafka(ctx context.Context) {
-	check := func() {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		// ApiVersions goes to a broker; kafka-go answers Metadata from its cache.
-		_, err := b.kclient.ApiVersions(cctx, &kafka.ApiVersionsRequest{})
-		ok := err == nil
-		if b.kafkaOK.Swap(ok) != ok {
-			if ok {
-				b.log.Info("kafka reachable", "brokers", b.brokers)
-			} else {
-				b.log.Warn("kafka unreachable", "brokers", b.brokers, "err", err)
-			}
-		}
-	}
-	check()
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			check()
-		}
-	}
-}
-
 func (b *Bridge) healthy() bool { return true }
 
 func (b *Bridge) readyNow() (bool, string) {
@@ -376,8 +352,8 @@ func (b *Bridge) readyNow() (bool, string) {
 	default:
 		return false, "listeners not started"
 	}
-	if !b.kafkaOK.Load() {
-		return false, "kafka unreachable"
+	if ok, why := b.kafka.status(); !ok {
+		return false, why
 	}
 	if ok, why := b.instance.status(); !ok {
 		return false, why
@@ -452,6 +428,10 @@ func (b *Bridge) shutdown() error {
 			b.embedded.close()
 		}
 		b.closeErr = errors.Join(errs...)
+		if b.failedStart {
+			b.log.Debug("cleaned up after a failed start", "took", time.Since(start).Round(time.Millisecond))
+			return
+		}
 		b.log.Info("ferry bridge stopped", "drained", depth, "took", time.Since(start).Round(time.Millisecond))
 	})
 	return b.closeErr
