@@ -171,7 +171,7 @@ func (b *Bridge) Close(ctx context.Context) error {
 func (b *Bridge) start(ctx context.Context) error {
 	brokers := b.cfg.Kafka.Brokers
 	if len(brokers) == 0 {
-		ek, err := startEmbeddedKafka()
+		ek, err := startEmbeddedKafka(b.cfg.Kafka.EmbeddedPort)
 		if err != nil {
 			return fmt.Errorf("embedded kafka: %w", err)
 		}
@@ -179,6 +179,10 @@ func (b *Bridge) start(ctx context.Context) error {
 		brokers = ek.addrs
 		b.log.Warn("no kafka.brokers configured: started an EMBEDDED IN-MEMORY KAFKA — for trying Ferry out only, NOT FOR PRODUCTION (data is lost on exit)",
 			"brokers", brokers)
+		if ek.wanted != 0 {
+			b.log.Warn("kafka.embedded_port in use (a Kafka already runs there? --kafka 127.0.0.1:PORT uses it): the embedded Kafka took another port",
+				"wanted", ek.wanted, "brokers", brokers)
+		}
 	}
 	b.brokers = brokers
 	if b.cfg.Kafka.Acks == "one" {

@@ -3,9 +3,11 @@ package bridge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -128,5 +130,40 @@ func TestFailedStartSaysWhy(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "ferry bridge stopped") {
 		t.Errorf("a bridge that never started logged that it stopped:\n%s", logs)
+	}
+}
+
+// TestEmbeddedKafkaPort: the embedded Kafka listens on the configured port
+// (tools find it at a fixed address), and on another one, said in the log,
+// when that port is in use.
+func TestEmbeddedKafkaPort(t *testing.T) {
+	port, err := strconv.Atoi(freePort(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig("")
+	cfg.Kafka.EmbeddedPort = port
+	b := startBridge(t, cfg)
+	if got, want := strings.Join(b.KafkaBrokers(), ","), fmt.Sprintf("127.0.0.1:%d", port); got != want {
+		t.Fatalf("embedded Kafka on %s, want %s", got, want)
+	}
+
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	cfg = testConfig("")
+	cfg.Kafka.EmbeddedPort = busy.Addr().(*net.TCPAddr).Port
+	b, logs, errc := runLogged(t, cfg)
+	select {
+	case <-b.Ready():
+	case err := <-errc:
+		t.Fatalf("bridge.Run with the embedded port in use: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("bridge not ready within 30s")
+	}
+	if got := strings.Join(b.KafkaBrokers(), ","); got == busy.Addr().String() || !strings.Contains(logs.String(), "kafka.embedded_port in use") {
+		t.Fatalf("port in use: embedded Kafka on %s, log:\n%s", got, logs)
 	}
 }
