@@ -194,6 +194,7 @@ func (b *Bridge) start(ctx context.Context) error {
 	}
 	b.kclient = &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: b.cfg.Kafka.AckTimeout, Transport: transport}
 	b.topics = newTopicManager(b.cfg.Kafka, b.log, b.kclient, b.metrics)
+	b.topics.embedded = b.embedded != nil
 	b.producer, err = newProducer(b.cfg.Kafka, b.log, b.kclient, b.topics, b.ring, b.metrics)
 	if err != nil {
 		return err
