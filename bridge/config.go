@@ -43,7 +43,7 @@ type RuntimeConfig struct {
 	// sets; Go's default is 100). The forward path allocates per message
 	// and a quarter of the bridge's CPU went to the collector at 100:
 	// 400 gave 1.29x the QoS 1 throughput for ~25 MiB more peak RSS
-	// (README "Benchmarks"). The GOGC environment variable, when set,
+	// (docs/benchmarks.md). The GOGC environment variable, when set,
 	// wins. Set GOMEMLIMIT in containers so that a large heap collects
 	// before the memory limit. Default: 400. Range 25..10000.
 	GCPercent int `mapstructure:"gc_percent" yaml:"gc_percent"`

@@ -404,13 +404,13 @@ func TestMetricsDocumented(t *testing.T) {
 			t.Errorf("registered metric %s is missing from documentedMetrics / README", n)
 		}
 	}
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/metrics.md")
 	if err != nil {
 		t.Fatalf("README: %v", err)
 	}
 	for _, n := range documentedMetrics {
 		if !bytes.Contains(readme, []byte("`"+n+"`")) {
-			t.Errorf("README.md does not list `%s`", n)
+			t.Errorf("docs/metrics.md does not list `%s`", n)
 		}
 	}
 }

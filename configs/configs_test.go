@@ -275,7 +275,7 @@ type readmeRow struct{ image, ports, mounts []string }
 // readmeComposeTable parses the table between the compose-table markers.
 func readmeComposeTable(t *testing.T) map[string]readmeRow {
 	t.Helper()
-	f, err := os.Open("../README.md")
+	f, err := os.Open("../docs/deployment.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +311,7 @@ func readmeComposeTable(t *testing.T) map[string]readmeRow {
 		}
 	}
 	if len(rows) == 0 {
-		t.Fatal("README.md has no compose table between <!-- compose-table --> markers")
+		t.Fatal("docs/deployment.md has no compose table between <!-- compose-table --> markers")
 	}
 	return rows
 }
