@@ -34,6 +34,7 @@ func testConfig(brokers string) Config {
 	cfg.Instance.ID = "test-" + randHex(4)
 	cfg.MQTT.Listen = "127.0.0.1:0"
 	cfg.HTTP.Listen = ""
+	cfg.Kafka.EmbeddedPort = 0
 	cfg.Kafka.AckTimeout = 5 * time.Second
 	if brokers != "" {
 		cfg.Kafka.Brokers = strings.Split(brokers, ",")
