@@ -28,7 +28,7 @@ import (
 //
 // MQTT v5 clients are held to the server's Receive Maximum
 // (mqtt.max_inflight): a QoS 1/2 publish counts from its arrival until its
-// PUBACK (or negative PUBREC) is written, an accepted QoS 2 publish until
+// PUBACK (or negative PUBREC) is about to be written, an accepted QoS 2 publish until
 // mochi has answered its PUBREL; one more is a protocol error (DISCONNECT
 // 0x93). Ferry counts itself because a pipelined publish never reaches
 // mochi's own accounting (and mochi's would refuse a QoS 0 publish at the
@@ -170,7 +170,19 @@ func (q *ackQueue) drain() {
 
 // write delivers the accepted QoS 1 publishes of a batch locally, then
 // writes the batch's acknowledgements in order.
+//
+// The batch's counts against the Receive Maximum end before any of its
+// bytes are written: MQTT 5 frees the slot when the PUBACK is sent
+// [MQTT-3.3.4-9], and a client may send its next publish the instant it
+// reads one. Ended after the write, that publish could meet the stale
+// count on the read goroutine and be refused with 0x93. (A QoS 2 publish's
+// client waits for its turn on the read goroutine, so ending its count
+// early admits nothing sooner.) The MQTT 3.1.1 slots, back pressure only,
+// free after the write.
 func (q *ackQueue) write(batch []*pending, viaMochi bool) {
+	for _, p := range batch {
+		q.uncount(p)
+	}
 	for _, p := range batch {
 		if p.err == nil && p.local != nil {
 			q.h.deliverLocal(q.cl, p.local, p.coord)
@@ -189,26 +201,22 @@ func (q *ackQueue) write(batch []*pending, viaMochi bool) {
 			// is queued after it. Accepted, mochi writes the PUBREC (and
 			// keeps the PUBREL/PUBCOMP state).
 			w.end()
-			q.release(p)
 			p.turn <- p.err
 		}
 	}
 	w.end()
 	for _, p := range batch {
-		if p.turn == nil {
-			q.release(p)
+		if p.slot {
+			<-q.slots
 		}
 	}
 }
 
-// release ends p's count against the Receive Maximum (an accepted QoS 2
-// publish counts until qos2Done) and frees its slot.
-func (q *ackQueue) release(p *pending) {
+// uncount ends p's count against the Receive Maximum, except an accepted
+// QoS 2 publish's, which counts until qos2Done.
+func (q *ackQueue) uncount(p *pending) {
 	if q.receiveMax > 0 && (p.qos == 1 || p.err != nil) {
 		q.inflight.Add(-1)
-	}
-	if p.slot {
-		<-q.slots
 	}
 }
 

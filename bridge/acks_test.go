@@ -4,10 +4,12 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-bridge/ferry/internal/kafkatest"
 )
@@ -170,29 +172,27 @@ func TestV5AcksCarryOnlyTheirOwnProperties(t *testing.T) {
 
 // TestV5ReceiveMaximumExceeded: an MQTT 5 client that sends one QoS 1
 // publish more than the server's Receive Maximum (mqtt.max_inflight)
-// without waiting for acknowledgements is disconnected with 0x93 [MQTT-3.3.4-9].
-// Linger keeps the first ones unacknowledged while the last arrives.
+// without waiting for acknowledgements is disconnected with 0x93
+// [MQTT-3.3.4-9], and none of them is acknowledged before. Kafka holds
+// every produce request until the test has read the refusal, so the first
+// ones are surely unacknowledged when the last arrives.
 func TestV5ReceiveMaximumExceeded(t *testing.T) {
-	cfg := testConfig(kafkatest.Brokers(t))
+	cfg := testConfig("") // embedded Kafka
 	cfg.MQTT.MaxInflight = 4
-	cfg.Kafka.Linger = 500 * time.Millisecond
 	b := startBridge(t, cfg)
+	holdProduce(t, b)
 	topic := uniqueTopic("recvmax")
 	c := dialLight5(t, b.MQTTAddr(), "recvmax-"+randHex(3), true, packets.Properties{})
-	c.send(t, 5, publishPacket(topic, 1, 100, "warm-up")) // creates the Kafka topic
-	if pk, _ := c.next(t, 5, 30*time.Second); pk.FixedHeader.Type != packets.Puback {
-		t.Fatalf("warm-up: got type %d", pk.FixedHeader.Type)
-	}
 	for i := range cfg.MQTT.MaxInflight + 1 {
 		c.queue(t, 5, publishPacket(topic, 1, uint16(i+1), strconv.Itoa(i)))
 	}
 	if err := c.flush(); err != nil {
 		t.Fatal(err)
 	}
-	code, _ := expectRefusal(t, c, 10*time.Second)
-	if code != int(packets.ErrReceiveMaximum.Code) {
-		t.Fatalf("after %d unacknowledged publishes (Receive Maximum %d): disconnect reason %#x, want 0x93",
-			cfg.MQTT.MaxInflight+1, cfg.MQTT.MaxInflight, code)
+	code, acked := expectRefusal(t, c, 10*time.Second)
+	if code != int(packets.ErrReceiveMaximum.Code) || acked {
+		t.Fatalf("after %d unacknowledged publishes (Receive Maximum %d): disconnect reason %#x (acknowledged: %v), want 0x93 and no PUBACK",
+			cfg.MQTT.MaxInflight+1, cfg.MQTT.MaxInflight, code, acked)
 	}
 }
 
@@ -327,11 +327,11 @@ func TestAcksOrderedWithMochiWrites(t *testing.T) {
 
 // TestV5ReceiveMaximumCountsQoS2NotQoS0: an accepted QoS 2 publish counts
 // against the Receive Maximum until its PUBREL is answered; a QoS 0 publish
-// never counts, even at the limit.
+// never counts, even at the limit. Where publishes must be unacknowledged
+// at once, Kafka holds the produce requests until the test releases them.
 func TestV5ReceiveMaximumCountsQoS2NotQoS0(t *testing.T) {
-	cfg := testConfig(kafkatest.Brokers(t))
+	cfg := testConfig("") // embedded Kafka
 	cfg.MQTT.MaxInflight = 4
-	cfg.Kafka.Linger = 500 * time.Millisecond
 	b := startBridge(t, cfg)
 	topic := uniqueTopic("recvmax2")
 	c := dialLight5(t, b.MQTTAddr(), "recvmax2-"+randHex(3), true, packets.Properties{})
@@ -345,9 +345,11 @@ func TestV5ReceiveMaximumCountsQoS2NotQoS0(t *testing.T) {
 	c.send(t, 5, publishPacket(topic, 1, 100, "warm-up")) // creates the Kafka topic
 	expect(packets.Puback, 100)
 
-	// One QoS 2 awaiting PUBREL + 3 QoS 1 = the limit; the QoS 0 is free.
+	// One QoS 2 awaiting PUBREL + 3 QoS 1 held in Kafka = the limit; the
+	// QoS 0 behind them is free.
 	c.send(t, 5, publishPacket(topic, 2, 1, "q2"))
 	expect(packets.Pubrec, 1)
+	release := holdProduce(t, b)
 	for id := uint16(2); id <= 4; id++ {
 		c.queue(t, 5, publishPacket(topic, 1, id, "q1"))
 	}
@@ -355,6 +357,10 @@ func TestV5ReceiveMaximumCountsQoS2NotQoS0(t *testing.T) {
 	if err := c.flush(); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, 10*time.Second, "the QoS 0 publish read by the bridge", func() bool {
+		return metricValue(t, b, "ferry_mqtt_publishes_received_total", map[string]string{"qos": "0"}) == 1
+	})
+	release()
 	for id := uint16(2); id <= 4; id++ {
 		expect(packets.Puback, id)
 	}
@@ -372,16 +378,44 @@ func TestV5ReceiveMaximumCountsQoS2NotQoS0(t *testing.T) {
 		expect(packets.Puback, id)
 	}
 
-	// One QoS 2 awaiting PUBREL + 4 QoS 1 = one too many.
+	// One QoS 2 awaiting PUBREL + 4 QoS 1 held in Kafka = one too many.
 	c.send(t, 5, publishPacket(topic, 2, 5, "q2"))
 	expect(packets.Pubrec, 5)
+	holdProduce(t, b)
 	for id := uint16(6); id <= 9; id++ {
 		c.queue(t, 5, publishPacket(topic, 1, id, "q1"))
 	}
 	if err := c.flush(); err != nil {
 		t.Fatal(err)
 	}
-	if code, _ := expectRefusal(t, c, 10*time.Second); code != int(packets.ErrReceiveMaximum.Code) {
-		t.Fatalf("5 unacknowledged QoS 1/2 publishes with Receive Maximum 4: disconnect reason %#x, want 0x93", code)
+	if code, acked := expectRefusal(t, c, 10*time.Second); code != int(packets.ErrReceiveMaximum.Code) || acked {
+		t.Fatalf("5 unacknowledged QoS 1/2 publishes with Receive Maximum 4: disconnect reason %#x (acknowledged: %v), want 0x93",
+			code, acked)
 	}
+}
+
+// holdProduce makes the embedded Kafka hold every produce request from now
+// until release is called (at the latest when the test ends): publishes
+// stay unacknowledged exactly as long as a test needs, with no timing.
+func holdProduce(t testing.TB, b *Bridge) (release func()) {
+	t.Helper()
+	if b.embedded == nil {
+		t.Fatal("holdProduce needs the embedded Kafka")
+	}
+	kc := b.embedded.cluster
+	gate := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	kc.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		select {
+		case <-gate:
+			kc.DropControl()
+		default:
+			kc.SleepControl(func() { <-gate })
+		}
+		return nil, nil, false // then handled as usual
+	})
+	return release
 }

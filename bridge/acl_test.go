@@ -10,6 +10,7 @@ import (
 
 	pahov5 "github.com/eclipse/paho.golang/paho"
 	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/mochi-mqtt/server/v2/packets"
 )
 
 // TestLoadConfigACLKeys: the key names of issue 15 are a contract.
@@ -180,6 +181,34 @@ func TestAnonymousACLSubscribeV5(t *testing.T) {
 	case topic := <-got:
 		t.Fatalf("received a second message %q", topic)
 	default:
+	}
+}
+
+// TestObscureNotAuthorized: with mqtt.obscure_not_authorized an MQTT 5
+// client refused by the ACL reads 0x80 Unspecified error, never 0x87: for a
+// SUBSCRIBE filter (SUBACK) and for a QoS 1 and a QoS 2 publish
+// (PUBACK/PUBREC). Off by default (TestAnonymousACLSubscribeV5 and
+// TestAnonymousACLPublishV5 read 0x87).
+func TestObscureNotAuthorized(t *testing.T) {
+	if DefaultConfig().MQTT.ObscureNotAuthorized {
+		t.Fatal("mqtt.obscure_not_authorized must default to false")
+	}
+	cfg := aclConfig()
+	cfg.MQTT.ObscureNotAuthorized = true
+	b := startBridge(t, cfg)
+	c := dialLight5(t, b.MQTTAddr(), "obscure-"+randHex(3), true, packets.Properties{})
+	c.send(t, 5, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe}, PacketID: 1,
+		Filters: packets.Subscriptions{{Filter: "acl/open", Qos: 1}, {Filter: "acl/secret", Qos: 1}}})
+	if pk, _ := c.next(t, 5, 10*time.Second); pk.FixedHeader.Type != packets.Suback || string(pk.ReasonCodes) != string([]byte{1, 0x80}) {
+		t.Fatalf("SUBACK: type %d reasons %#v, want [1 0x80]", pk.FixedHeader.Type, pk.ReasonCodes)
+	}
+	for qos, typ := range map[byte]byte{1: packets.Puback, 2: packets.Pubrec} {
+		c.send(t, 5, publishPacket("acl/locked/door", qos, uint16(qos+1), "no"))
+		pk, _ := c.next(t, 5, 10*time.Second)
+		if pk.FixedHeader.Type != typ || pk.ReasonCode != packets.ErrUnspecifiedError.Code {
+			t.Fatalf("denied QoS %d publish: type %d reason %#x %q, want type %d reason 0x80",
+				qos, pk.FixedHeader.Type, pk.ReasonCode, pk.Properties.ReasonString, typ)
+		}
 	}
 }
 

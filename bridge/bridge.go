@@ -58,7 +58,7 @@ type Bridge struct {
 
 	brokers   []string
 	mqttAddrs map[string]string
-	kafkaOK   atomic.Bool
+	kafka     *kafkaWatch
 
 	workers       sync.WaitGroup
 	hardCancel    context.CancelFunc
@@ -67,13 +67,14 @@ type Bridge struct {
 	reverseCtx    context.Context
 	reverseCancel context.CancelFunc
 
-	ready     chan struct{}
-	stop      chan struct{}
-	stopOnce  sync.Once
-	done      chan struct{}
-	running   atomic.Bool
-	closeOnce sync.Once
-	closeErr  error
+	ready       chan struct{}
+	failedStart bool // Run's start failed: shutdown only cleans up
+	stop        chan struct{}
+	stopOnce    sync.Once
+	done        chan struct{}
+	running     atomic.Bool
+	closeOnce   sync.Once
+	closeErr    error
 }
 
 // New validates cfg and builds a bridge. Nothing listens until Run.
@@ -145,6 +146,9 @@ func (b *Bridge) Run(ctx context.Context) error {
 	}
 	defer close(b.done)
 	if err := b.start(ctx); err != nil {
+		// Clean up quietly: "ferry bridge stopped" before the start error
+		// would read as if the bridge had run.
+		b.failedStart = true
 		b.shutdown()
 		return err
 	}
@@ -174,7 +178,7 @@ func (b *Bridge) Close(ctx context.Context) error {
 func (b *Bridge) start(ctx context.Context) error {
 	brokers := b.cfg.Kafka.Brokers
 	if len(brokers) == 0 {
-		ek, err := startEmbeddedKafka()
+		ek, err := startEmbeddedKafka(b.cfg.Kafka.EmbeddedPort)
 		if err != nil {
 			return fmt.Errorf("embedded kafka: %w", err)
 		}
@@ -182,6 +186,10 @@ func (b *Bridge) start(ctx context.Context) error {
 		brokers = ek.addrs
 		b.log.Warn("no kafka.brokers configured: started an EMBEDDED IN-MEMORY KAFKA — for trying Ferry out only, NOT FOR PRODUCTION (data is lost on exit)",
 			"brokers", brokers)
+		if ek.wanted != 0 {
+			b.log.Warn("kafka.embedded_port in use (a Kafka already runs there? --kafka 127.0.0.1:PORT uses it): the embedded Kafka took another port",
+				"wanted", ek.wanted, "brokers", brokers)
+		}
 	}
 	b.brokers = brokers
 	if b.cfg.Kafka.Acks == "one" {
@@ -193,6 +201,7 @@ func (b *Bridge) start(ctx context.Context) error {
 	}
 	b.kclient = &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: b.cfg.Kafka.AckTimeout, Transport: transport}
 	b.topics = newTopicManager(b.cfg.Kafka, b.log, b.kclient, b.metrics)
+	b.topics.embedded = b.embedded != nil
 	b.producer, err = newProducer(b.cfg.Kafka, b.log, b.kclient, b.topics, b.ring, b.metrics)
 	if err != nil {
 		return err
@@ -206,12 +215,13 @@ func (b *Bridge) start(ctx context.Context) error {
 	// Kafka's reachability is watched from here on: /readyz answers from
 	// the first check, whatever start-up still does (reading the state
 	// topics, opening listeners).
+	b.kafka = newKafkaWatch(b.log, brokers)
 	watchCtx, watchCancel := context.WithCancel(context.Background())
 	b.watchCancel = watchCancel
 	b.watchDone = make(chan struct{})
 	go func() {
 		defer close(b.watchDone)
-		b.watchKafka(watchCtx)
+		b.kafka.run(watchCtx, b.kclient)
 	}()
 
 	b.server = mqtt.New(b.mochiOptions())
@@ -221,7 +231,7 @@ func (b *Bridge) start(ctx context.Context) error {
 	if err := addAuth(b.server, b.cfg.MQTT); err != nil {
 		return err
 	}
-	if err := b.server.AddHook(new(compatHook), nil); err != nil {
+	if err := b.server.AddHook(&compatHook{obscureNotAuthorized: b.cfg.MQTT.ObscureNotAuthorized}, nil); err != nil {
 		return fmt.Errorf("mqtt compat hook: %w", err)
 	}
 	if kh := newKeepaliveHook(b.cfg.MQTT.MaxKeepalive); kh != nil {
@@ -295,6 +305,7 @@ func (b *Bridge) mochiOptions() *mqtt.Options {
 	// Acknowledgements carry only their own reason string and user
 	// properties, never the PUBLISH's (a strict client refuses them).
 	caps.Compatibilities.NoInheritedPropertiesOnAck = true
+	caps.Compatibilities.ObscureNotAuthorized = b.cfg.MQTT.ObscureNotAuthorized
 	return &mqtt.Options{
 		Capabilities: caps,
 		InlineClient: true,
@@ -307,7 +318,7 @@ func (b *Bridge) mochiOptions() *mqtt.Options {
 func (b *Bridge) addListeners() error {
 	add := func(l listeners.Listener) error {
 		if err := b.server.AddListener(&writeTimeoutListener{Listener: l, timeout: mqttWriteTimeout}); err != nil {
-			return fmt.Errorf("mqtt listener %s on %s: %w", l.ID(), l.Address(), err)
+			return fmt.Errorf("mqtt listener %s on %s: %w%s", l.ID(), l.Address(), err, inUseHint(err, listenerKey[l.ID()]))
 		}
 		return nil
 	}
@@ -357,35 +368,6 @@ func boundAddr(l listeners.Listener) string {
 	return ""
 }
 
-// watchKafka keeps kafkaOK current for /readyz.
-func (b *Bridge) watchKafka(ctx context.Context) {
-	check := func() {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		// ApiVersions goes to a broker; kafka-go answers Metadata from its cache.
-		_, err := b.kclient.ApiVersions(cctx, &kafka.ApiVersionsRequest{})
-		ok := err == nil
-		if b.kafkaOK.Swap(ok) != ok {
-			if ok {
-				b.log.Info("kafka reachable", "brokers", b.brokers)
-			} else {
-				b.log.Warn("kafka unreachable", "brokers", b.brokers, "err", err)
-			}
-		}
-	}
-	check()
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			check()
-		}
-	}
-}
-
 func (b *Bridge) healthy() bool { return true }
 
 func (b *Bridge) readyNow() (bool, string) {
@@ -394,8 +376,8 @@ func (b *Bridge) readyNow() (bool, string) {
 	default:
 		return false, "listeners not started"
 	}
-	if !b.kafkaOK.Load() {
-		return false, "kafka unreachable"
+	if ok, why := b.kafka.status(); !ok {
+		return false, why
 	}
 	if ok, why := b.instance.status(); !ok {
 		return false, why
@@ -466,6 +448,10 @@ func (b *Bridge) shutdown() error {
 			b.embedded.close()
 		}
 		b.closeErr = errors.Join(errs...)
+		if b.failedStart {
+			b.log.Debug("cleaned up after a failed start", "took", time.Since(start).Round(time.Millisecond))
+			return
+		}
 		b.log.Info("ferry bridge stopped", "drained", depth, "took", time.Since(start).Round(time.Millisecond))
 	})
 	return b.closeErr

@@ -44,7 +44,7 @@ type RuntimeConfig struct {
 	// sets; Go's default is 100). The forward path allocates per message
 	// and a quarter of the bridge's CPU went to the collector at 100:
 	// 400 gave 1.29x the QoS 1 throughput for ~25 MiB more peak RSS
-	// (README "Benchmarks"). The GOGC environment variable, when set,
+	// (docs/benchmarks.md). The GOGC environment variable, when set,
 	// wins. Set GOMEMLIMIT in containers so that a large heap collects
 	// before the memory limit. Default: 400. Range 25..10000.
 	GCPercent int `mapstructure:"gc_percent" yaml:"gc_percent"`
@@ -89,6 +89,11 @@ type MQTTConfig struct {
 	// ClientWritesPending is mochi's per-client outbound queue length; lower it
 	// for very many connections. Default: 1024.
 	ClientWritesPending int `mapstructure:"client_writes_pending" yaml:"client_writes_pending"`
+	// ObscureNotAuthorized makes MQTT 5 refusals for lack of authorization
+	// (a denied SUBSCRIBE filter or PUBLISH) say 0x80 Unspecified error
+	// instead of 0x87 Not authorized, which some clients and test suites
+	// expect (mochi's Compatibilities.ObscureNotAuthorized). Default: false.
+	ObscureNotAuthorized bool `mapstructure:"obscure_not_authorized" yaml:"obscure_not_authorized"`
 }
 
 // User is one MQTT credential with its topic ACL.
@@ -139,6 +144,11 @@ type KafkaConfig struct {
 	// Brokers is the bootstrap list. Empty: an embedded in-memory Kafka is
 	// started (for trying Ferry out, never for production).
 	Brokers []string `mapstructure:"brokers" yaml:"brokers"`
+	// EmbeddedPort is the port of the embedded Kafka on 127.0.0.1 (only
+	// without Brokers), so that tools find it (kcat -b 127.0.0.1:9092). If
+	// it is in use, a free port is taken and logged. 0: any free port.
+	// Default: 9092.
+	EmbeddedPort int `mapstructure:"embedded_port" yaml:"embedded_port"`
 	// Acks: all or one. "none" is refused: a PUBACK would mean nothing.
 	// "one" starts with a warning: the leader alone has the record when the
 	// PUBACK leaves. Default: all.
@@ -253,6 +263,7 @@ func DefaultConfig() Config {
 			ClientWritesPending: 1024,
 		},
 		Kafka: KafkaConfig{
+			EmbeddedPort:      9092,
 			Acks:              "all",
 			AckTimeout:        5 * time.Second,
 			MaxBatch:          1000,
@@ -340,6 +351,9 @@ func (c Config) Validate() error {
 			bad(fmt.Sprintf("kafka.brokers[%d]", i), b, "not a host:port address: %v", err)
 		}
 	}
+	if c.Kafka.EmbeddedPort < 0 || c.Kafka.EmbeddedPort > 65535 {
+		bad("kafka.embedded_port", c.Kafka.EmbeddedPort, "must be in 0..65535 (0: any free port)")
+	}
 	switch c.Kafka.Acks {
 	case "all", "one":
 	case "none":
@@ -389,6 +403,9 @@ func (c Config) Validate() error {
 	}
 	if c.Kafka.SASL.Mechanism != "" && c.Kafka.SASL.Username == "" {
 		bad("kafka.sasl.username", `""`, "required with kafka.sasl.mechanism")
+	}
+	if c.Kafka.SASL.Mechanism != "" && c.Kafka.SASL.Password == "" {
+		bad("kafka.sasl.password", `""`, "required with kafka.sasl.mechanism (prefer the environment: FERRY_KAFKA_SASL_PASSWORD)")
 	}
 	if c.Ring.Capacity < 2 || c.Ring.Capacity&(c.Ring.Capacity-1) != 0 {
 		bad("ring.capacity", c.Ring.Capacity, "must be a power of two >= 2")

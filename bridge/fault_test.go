@@ -207,7 +207,16 @@ type childBridge struct {
 func (c *childBridge) start() {
 	c.t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), stateEnv(c.t)...), c.env...)
+	// The child loads its config from the environment: only its own FERRY_*
+	// settings and the harness's FERRY_TEST* (a shell's FERRY_SOAK_RATE would
+	// be refused as no config key).
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FERRY_") || strings.HasPrefix(kv, "FERRY_TEST") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = append(append(env, stateEnv(c.t)...), c.env...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -35,6 +35,7 @@ func testConfig(brokers string) Config {
 	cfg.Instance.ID = "test-" + randHex(4)
 	cfg.MQTT.Listen = "127.0.0.1:0"
 	cfg.HTTP.Listen = ""
+	cfg.Kafka.EmbeddedPort = 0
 	cfg.Kafka.AckTimeout = 5 * time.Second
 	// Each bridge its own state topics: retained messages and sessions of
 	// other tests sharing the real Kafka must not leak in.

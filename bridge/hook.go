@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -92,6 +93,13 @@ func (h *hook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 		return
 	}
 	h.metrics.connections.Inc()
+	// Ferry counts the Receive Maximum itself (ackQueue.admit), QoS 1/2
+	// only. mochi's own receive quota would refuse every PUBLISH, QoS 0
+	// included, with 0x93 once mqtt.max_inflight accepted QoS 2 publishes
+	// await PUBREL (or QoS 2 deliveries await PUBCOMP): never let it run
+	// out. It is read before the first packet of the connection, and
+	// Capabilities.ReceiveMaximum, announced in CONNACK, is unchanged.
+	cl.State.Inflight.ResetReceiveQuota(math.MaxInt32)
 	if cl.State.Subscriptions.Len() > 0 { // inherited from an earlier connection
 		h.queue(cl).subscribed.Store(true)
 	}

@@ -48,7 +48,7 @@ func startHTTP(cfg HTTPConfig, log *slog.Logger, reg *prometheus.Registry, healt
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		return nil, fmt.Errorf("http.listen=%s: %w", cfg.Listen, err)
+		return nil, fmt.Errorf("http.listen=%s: %w%s", cfg.Listen, err, inUseHint(err, listenerKey["http"]))
 	}
 	h := &httpServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, addr: ln.Addr().String(), done: make(chan struct{})}
 	go func() {

@@ -20,7 +20,8 @@ type Flags struct {
 }
 
 // BindFlags declares the contract flags (--config, --kafka, --mqtt-listen,
-// --http-listen, --check-config) on fs.
+// --http-listen, --reverse-topics, --instance-id, --log-level,
+// --check-config) on fs.
 func BindFlags(fs *pflag.FlagSet) *Flags {
 	f := &Flags{}
 	fs.StringVar(&f.ConfigFile, "config", "", "YAML config `FILE` (see configs/bridge.yaml)")
@@ -28,6 +29,7 @@ func BindFlags(fs *pflag.FlagSet) *Flags {
 	fs.String("kafka", "", "Kafka bootstrap `BROKERS` host:port[,host:port...] (default: an embedded in-memory Kafka)")
 	fs.String("mqtt-listen", "", "MQTT TCP listener `ADDR` (default 127.0.0.1:1883)")
 	fs.String("http-listen", "", "HTTP listener `ADDR` for /metrics, /healthz, /readyz (default 127.0.0.1:8080)")
+	fs.String("reverse-topics", "", "Kafka `TOPICS` to publish to MQTT subscribers: names or /regex/, comma-separated (default: none, no Kafka -> MQTT path)")
 	fs.String("instance-id", "", "instance id for origin headers and the reverse consumer group (default: hostname)")
 	fs.String("log-level", "", "log level: debug, info, warn, error")
 	return f
@@ -35,20 +37,27 @@ func BindFlags(fs *pflag.FlagSet) *Flags {
 
 // flagKeys maps flag names to config keys.
 var flagKeys = map[string]string{
-	"kafka":       "kafka.brokers",
-	"mqtt-listen": "mqtt.listen",
-	"http-listen": "http.listen",
-	"instance-id": "instance.id",
-	"log-level":   "log.level",
+	"kafka":          "kafka.brokers",
+	"mqtt-listen":    "mqtt.listen",
+	"http-listen":    "http.listen",
+	"instance-id":    "instance.id",
+	"reverse-topics": "reverse.topics",
+	"log-level":      "log.level",
 }
 
 // LoadConfig builds the configuration: defaults < YAML file < FERRY_*
-// environment < flags. Unknown keys in the file are errors. The result is
-// validated.
+// environment < flags. Unknown keys in the file and FERRY_* variables that
+// name no key are errors. The result is validated.
 func LoadConfig(fs *pflag.FlagSet, f *Flags, env func(string) (string, bool)) (Config, error) {
 	v := viper.New()
 	def := DefaultConfig()
 	setDefaults(v, "", reflect.ValueOf(def))
+	if env != nil {
+		// viper reads the process environment; the lookup decides values.
+		if err := checkEnv(os.Environ(), env, v.AllKeys()); err != nil {
+			return Config{}, err
+		}
+	}
 	v.SetEnvPrefix("FERRY")
 	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
 	v.AutomaticEnv()
@@ -73,7 +82,7 @@ func LoadConfig(fs *pflag.FlagSet, f *Flags, env func(string) (string, bool)) (C
 		if !ok {
 			return
 		}
-		if key == "kafka.brokers" {
+		if key == "kafka.brokers" || key == "reverse.topics" {
 			v.Set(key, splitList(fl.Value.String()))
 			return
 		}

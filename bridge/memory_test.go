@@ -71,8 +71,8 @@ const (
 // goroutine stacks, heap and goroutines per connection, and the RSS
 // projected to 100,000 connections from the slope between the two points
 // (this machine allows 20,000 descriptors for both ends together, so
-// 100,000 cannot be measured here). Fails when an idle connection costs
-// more than 16 KiB of RSS.
+// 100,000 cannot be measured here). Fails when an idle connection holds
+// more heap, stack, goroutines or RSS than the bounds below.
 func TestIdleConnectionMemory(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	steps := []int{1000, 10000}
@@ -144,10 +144,18 @@ func TestIdleConnectionMemory(t *testing.T) {
 	if got := per.stack / 1024; got > mochiIdleStackKiB+0.5 {
 		t.Errorf("%.1f KiB of goroutine stack per idle connection, want mochi's %d KiB", got, mochiIdleStackKiB)
 	}
-	if got := per.rss / 1024; got > targetIdleConnKiB {
-		t.Logf("target NOT met: %.1f KiB of RSS per idle connection, target <= %d KiB; %.1f KiB of it are mochi's goroutine stacks",
-			got, targetIdleConnKiB, per.stack/1024)
+	// RSS: what an idle connection may hold is mochi's stacks and the heap
+	// bounded above, plus one page of runtime and allocator slack; more is
+	// memory outside what is accounted for (off-heap buffers, a leak). The
+	// design goal (16 KiB) is out of reach while mochi's stacks alone take
+	// 20 KiB: it is reported, not asserted.
+	maxRSS := mochiIdleStackKiB + baseIdleConnHeapKiB + float64(pending*9)/1024 + 4
+	if got := per.rss / 1024; got > maxRSS {
+		t.Errorf("%.1f KiB of RSS per idle connection, want <= %.1f KiB (mochi's %d KiB of stacks + the heap bound + 4 KiB)",
+			got, maxRSS, mochiIdleStackKiB)
 	}
+	t.Logf("RSS per idle connection %.1f KiB (bound %.1f KiB; design goal %d KiB, of which mochi's stacks alone take %.1f KiB)",
+		per.rss/1024, maxRSS, targetIdleConnKiB, per.stack/1024)
 }
 
 // TestIdleConnectionsHoldNoSessionState: Ferry's per-connection state (the

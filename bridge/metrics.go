@@ -1,8 +1,22 @@
 package bridge
 
 import (
+	"strings"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
+
+// The label values of the reason-labelled counters. Each series is
+// created at 0 when the bridge starts, so that a dashboard or an alert sees
+// it before the first event (Prometheus practice), and the HELP texts list
+// them all.
+var (
+	nackReasons        = []string{"kafka_unavailable", "kafka_rejected", "topic_rejected", "ring_full", "too_large", "shutdown"}
+	dropReasons        = []string{"ring_full", "ring_evicted", "unmappable_topic", "closed"}
+	reverseSkipReasons = []string{"own_origin", "excluded", "unmappable", "too_large", "publish_failed"}
+)
+
+func reasons(values []string) string { return strings.Join(values, ", ") }
 
 // metrics are the bridge's Prometheus series, registered on an injected
 // registry (no globals). Names are prefixed ferry_.
@@ -40,9 +54,9 @@ func newMetrics(reg prometheus.Registerer, ringLen, ringCap func() float64) (*me
 		produceErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_kafka_produce_errors_total",
 			Help: "Records that failed to reach Kafka (timeout, rejection, shutdown)."}),
 		drops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_dropped_total",
-			Help: "MQTT publishes not bridged, by reason (ring_full, ring_evicted, unmappable_topic)."}, []string{"reason"}),
+			Help: "MQTT publishes not bridged, by reason (" + reasons(dropReasons) + "; closed: the ring was closed at shutdown)."}, []string{"reason"}),
 		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_mqtt_nacks_total",
-			Help: "QoS 1/2 publishes refused to the client (v5 reason code or v3 disconnect), by reason."}, []string{"reason"}),
+			Help: "QoS 1/2 publishes refused to the client (v5 reason code or v3 disconnect), by reason (" + reasons(nackReasons) + ")."}, []string{"reason"}),
 		topicsCreated: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_kafka_topics_created_total",
 			Help: "Kafka topics this instance created."}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_kafka_batch_records",
@@ -56,7 +70,7 @@ func newMetrics(reg prometheus.Registerer, ringLen, ringCap func() float64) (*me
 		reversePublished: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_reverse_published_total",
 			Help: "Kafka records published to MQTT."}),
 		reverseSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_reverse_skipped_total",
-			Help: "Kafka records not published to MQTT, by reason (own_origin, unmappable, too_large)."}, []string{"reason"}),
+			Help: "Kafka records not published to MQTT, by reason (" + reasons(reverseSkipReasons) + ")."}, []string{"reason"}),
 		reverseLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ferry_reverse_consumer_lag",
 			Help: "Reverse consumer lag in records, per topic and partition."}, []string{"topic", "partition"}),
 		subscriberDrops: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_mqtt_subscriber_drops_total",
@@ -77,6 +91,14 @@ func newMetrics(reg prometheus.Registerer, ringLen, ringCap func() float64) (*me
 	}
 	for q := range m.publishes {
 		m.publishes[q] = m.publishesByQoS.WithLabelValues(qosLabel[q])
+	}
+	for _, vr := range []struct {
+		vec    *prometheus.CounterVec
+		values []string
+	}{{m.nacks, nackReasons}, {m.drops, dropReasons}, {m.reverseSkipped, reverseSkipReasons}} {
+		for _, v := range vr.values {
+			vr.vec.WithLabelValues(v) // a series at 0 from the start
+		}
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {

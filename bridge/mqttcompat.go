@@ -15,8 +15,14 @@ import (
 // (server.go validateConnect), which Eclipse Paho 3.1.1 reads as accepted;
 // the spec requires 0x02 Identifier rejected [MQTT-3.1.3-8]. Any other code
 // a 3.1.1 client cannot know becomes 0x03 Server unavailable.
+//
+// With mqtt.obscure_not_authorized, an MQTT 5 PUBACK/PUBREC refusing a
+// publish the ACL denies says 0x80 instead of 0x87, like the SUBACK that
+// mochi's Compatibilities.ObscureNotAuthorized covers (mochi writes the
+// publish refusal with 0x87 regardless).
 type compatHook struct {
 	mqtt.HookBase
+	obscureNotAuthorized bool
 }
 
 func (h *compatHook) ID() string { return "ferry-compat" }
@@ -24,6 +30,14 @@ func (h *compatHook) ID() string { return "ferry-compat" }
 func (h *compatHook) Provides(b byte) bool { return b == mqtt.OnPacketEncode }
 
 func (h *compatHook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	if h.obscureNotAuthorized && pk.ProtocolVersion >= 5 && pk.ReasonCode == packets.ErrNotAuthorized.Code &&
+		(pk.FixedHeader.Type == packets.Puback || pk.FixedHeader.Type == packets.Pubrec) {
+		pk.ReasonCode = packets.ErrUnspecifiedError.Code
+		if pk.Properties.ReasonString == packets.ErrNotAuthorized.Reason {
+			pk.Properties.ReasonString = packets.ErrUnspecifiedError.Reason
+		}
+		return pk
+	}
 	if pk.FixedHeader.Type != packets.Connack || pk.ProtocolVersion >= 5 || pk.ReasonCode <= packets.Err3NotAuthorized.Code {
 		return pk
 	}

@@ -29,6 +29,12 @@ type topicManager struct {
 	addr    net.Addr
 	metrics *metrics
 
+	// embedded: the embedded Kafka (kfake), which keeps the topic config
+	// message.timestamp.type=LogAppendTime but stamps records with the
+	// producer's CreateTime (kafka-go never sets the batch attribute that
+	// would make kfake apply it).
+	embedded bool
+
 	mu      sync.Mutex
 	created int
 }
@@ -198,8 +204,12 @@ func (m *topicManager) create(ctx context.Context, topics []string) (map[string]
 			m.created++
 			m.mu.Unlock()
 			m.metrics.topicsCreated.Inc()
-			m.log.Info("created kafka topic", "topic", t, "partitions", m.cfg.Partitions,
-				"replication_factor", m.cfg.ReplicationFactor, "timestamp_type", "LogAppendTime")
+			stamp := []any{"timestamp_type", "LogAppendTime"}
+			if m.embedded {
+				stamp = []any{"timestamp_type", "CreateTime", "note", "the embedded Kafka keeps message.timestamp.type=LogAppendTime but stamps the producer's CreateTime"}
+			}
+			m.log.Info("created kafka topic", append([]any{"topic", t, "partitions", m.cfg.Partitions,
+				"replication_factor", m.cfg.ReplicationFactor}, stamp...)...)
 		case errors.Is(terr, kafka.TopicAlreadyExists):
 		case errors.Is(terr, kafka.InvalidTopic), errors.Is(terr, kafka.TopicAuthorizationFailed),
 			errors.Is(terr, kafka.InvalidReplicationFactor), errors.Is(terr, kafka.InvalidPartitionNumber),

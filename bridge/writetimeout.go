@@ -3,6 +3,7 @@ package bridge
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/listeners"
@@ -32,21 +33,35 @@ func (l *writeTimeoutListener) Serve(establish listeners.EstablishFn) {
 	})
 }
 
+// mqttCloseLinger bounds how long a connection Ferry closes keeps reading
+// (and discarding) after it has half-closed (see writeTimeoutConn.Close).
+const mqttCloseLinger = time.Second
+
 // writeTimeoutConn also corks: between cork and uncork, writes (mochi's and
 // the acknowledgement queue's) are collected in order and leave with one
-// system call at uncork.
+// system call at uncork. And it closes gracefully (Close).
 type writeTimeoutConn struct {
 	net.Conn
-	timeout time.Duration
+	timeout   time.Duration
+	lingerFor time.Duration // 0: mqttCloseLinger
 
-	mu     sync.Mutex
-	corked bool
-	held   []byte
+	mu      sync.Mutex // writes; corked, held, wclosed
+	corked  bool
+	held    []byte
+	wclosed bool // half-closed: nothing more is written
+
+	rmu       sync.Mutex // held by Read while it is in the kernel
+	dmu       sync.Mutex // orders deadline changes with closing
+	closing   atomic.Bool
+	closeOnce sync.Once
 }
 
 func (c *writeTimeoutConn) Write(b []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.wclosed {
+		return 0, net.ErrClosed
+	}
 	if c.corked {
 		c.held = append(c.held, b...)
 		return len(b), nil
@@ -67,7 +82,12 @@ func (c *writeTimeoutConn) uncork() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.corked = false
-	if len(c.held) > 0 {
+	c.flushHeld()
+}
+
+// flushHeld writes the held bytes; c.mu is held.
+func (c *writeTimeoutConn) flushHeld() {
+	if len(c.held) > 0 && !c.wclosed {
 		_, _ = c.write(c.held)
 	}
 	if cap(c.held) > 64<<10 {
@@ -87,4 +107,97 @@ func (c *writeTimeoutConn) write(b []byte) (int, error) {
 		_ = c.Conn.Close()
 	}
 	return n, err
+}
+
+// Read fails once the connection is closing: whatever the client sends
+// after that is discarded.
+func (c *writeTimeoutConn) Read(b []byte) (int, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	if c.closing.Load() {
+		return 0, net.ErrClosed
+	}
+	n, err := c.Conn.Read(b)
+	if c.closing.Load() {
+		return 0, net.ErrClosed
+	}
+	return n, err
+}
+
+// SetDeadline and SetReadDeadline are mochi's keepalive deadline, refreshed
+// before each read: ignored once closing, so that they cannot revive a
+// reader that Close has woken.
+func (c *writeTimeoutConn) SetDeadline(t time.Time) error {
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	if c.closing.Load() {
+		return nil
+	}
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *writeTimeoutConn) SetReadDeadline(t time.Time) error {
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	if c.closing.Load() {
+		return nil
+	}
+	return c.Conn.SetReadDeadline(t)
+}
+
+// Close closes gracefully. Closing a socket whose receive buffer holds
+// unread bytes makes the kernel send RST instead of FIN, and a client still
+// writing (a PUBREL after a PUBREC, publishes pipelined behind one that got
+// DISCONNECT 0x93) may then get ECONNRESET before it has read the
+// DISCONNECT Ferry just wrote. So Close wakes mochi's reader at once (it
+// ends the session as before), and a goroutine of its own writes what is
+// still held, half-closes (FIN after the last byte), reads and discards
+// until the client closes or for mqttCloseLinger at most, then closes. A
+// connection that cannot half-close (WebSocket) is closed at once.
+func (c *writeTimeoutConn) Close() error {
+	c.closeOnce.Do(func() {
+		c.dmu.Lock()
+		c.closing.Store(true)
+		// A deadline in the past wakes a Read blocked in the kernel.
+		_ = c.Conn.SetReadDeadline(time.Unix(1, 0))
+		c.dmu.Unlock()
+		if _, ok := c.Conn.(interface{ CloseWrite() error }); !ok {
+			c.mu.Lock()
+			c.wclosed = true
+			c.mu.Unlock()
+			_ = c.Conn.Close()
+			return
+		}
+		go c.lingerAndClose()
+	})
+	return nil
+}
+
+func (c *writeTimeoutConn) lingerAndClose() {
+	c.mu.Lock() // after a write in progress (bounded by the write timeout)
+	c.flushHeld()
+	c.corked, c.wclosed = false, true
+	err := c.Conn.(interface{ CloseWrite() error }).CloseWrite()
+	c.mu.Unlock()
+	if err != nil { // e.g. TLS before its handshake completed
+		_ = c.Conn.Close()
+		return
+	}
+	linger := c.lingerFor
+	if linger <= 0 {
+		linger = mqttCloseLinger
+	}
+	// Once no Read is in the kernel (the past deadline woke it), every
+	// later Read sees closing and leaves: the connection and its deadline
+	// are ours.
+	c.rmu.Lock()
+	_ = c.Conn.SetReadDeadline(time.Now().Add(linger))
+	c.rmu.Unlock()
+	buf := make([]byte, 512)
+	for range 1 << 20 { // bounded by the deadline; the count is a backstop
+		if _, err := c.Conn.Read(buf); err != nil {
+			break
+		}
+	}
+	_ = c.Conn.Close()
 }

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"errors"
 	"io"
 	"net"
 	"testing"
@@ -46,5 +47,77 @@ func TestCorkedWritesLeaveTogether(t *testing.T) {
 	go func() { _, _ = c.Write([]byte("gh")) }()
 	if _, err := io.ReadFull(client, buf[:2]); err != nil || string(buf[:2]) != "gh" {
 		t.Fatalf("uncorked write: %q, %v", buf[:2], err)
+	}
+}
+
+// TestCloseHalfClosesAndWakesReader: Close wakes a Read blocked on the
+// connection at once (the session ends as before, shutdown is not held up
+// by the linger), writes what was corked, then half-closes: the client
+// reads everything and then EOF, and may go on writing without a reset
+// while the server lingers (here a minute, so that only the half-close can
+// have ended the client's read).
+func TestCloseHalfClosesAndWakesReader(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	c := &writeTimeoutConn{Conn: server, timeout: 5 * time.Second, lingerFor: time.Minute}
+	readErr := make(chan error, 1)
+	go func() { // mochi's reader: reads until an error
+		buf := make([]byte, 16)
+		for {
+			if _, err := c.Read(buf); err != nil {
+				readErr <- err
+				return
+			}
+		}
+	}()
+	if _, err := c.Write([]byte("before-")); err != nil {
+		t.Fatal(err)
+	}
+	c.cork()
+	if _, err := c.Write([]byte("disconnect")); err != nil {
+		t.Fatal(err)
+	}
+	// Perhaps still unread at Close: a plain close would then send RST.
+	if _, err := client.Write([]byte("pubrel")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetDeadline(time.Now().Add(time.Hour)) // a keepalive refresh racing Close
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetDeadline(time.Now().Add(time.Hour)) // ignored once closing
+	select {
+	case err := <-readErr:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("blocked Read after Close: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close did not wake the blocked Read")
+	}
+	_ = client.SetReadDeadline(time.Now().Add(30 * time.Second))
+	got, err := io.ReadAll(client)
+	if err != nil || string(got) != "before-disconnect" {
+		t.Fatalf("client read %q, %v; want everything written then EOF", got, err)
+	}
+	for i := range 3 { // the server still reads: no reset
+		if _, err := client.Write([]byte("late")); err != nil {
+			t.Fatalf("client write %d after the half-close: %v", i, err)
+		}
+	}
+	if _, err := c.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Write after Close: %v, want net.ErrClosed", err)
 	}
 }

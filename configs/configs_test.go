@@ -55,6 +55,7 @@ func mustLoad(t *testing.T, path string) bridge.Config {
 // by Run, so the paths in the examples need not exist).
 func TestEveryConfigLoads(t *testing.T) {
 	clearFerryEnv(t)
+	t.Setenv("FERRY_KAFKA_SASL_PASSWORD", "from-the-environment") // tls-auth.yaml's, as documented there
 	files, err := filepath.Glob("*.y*ml")
 	if err != nil {
 		t.Fatal(err)
@@ -214,6 +215,7 @@ func TestFleetConfig(t *testing.T) {
 
 func TestTLSAuthConfig(t *testing.T) {
 	clearFerryEnv(t)
+	t.Setenv("FERRY_KAFKA_SASL_PASSWORD", "from-the-environment") // as the file's comment says
 	cfg := mustLoad(t, "tls-auth.yaml")
 	if cfg.MQTT.TLSListen == "" || cfg.MQTT.TLS.Cert == "" || cfg.MQTT.TLS.Key == "" {
 		t.Errorf("no TLS listener: %+v", cfg.MQTT)
@@ -281,7 +283,7 @@ type readmeRow struct{ image, ports, mounts []string }
 // readmeComposeTable parses the table between the compose-table markers.
 func readmeComposeTable(t *testing.T) map[string]readmeRow {
 	t.Helper()
-	f, err := os.Open("../README.md")
+	f, err := os.Open("../docs/deployment.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +319,7 @@ func readmeComposeTable(t *testing.T) map[string]readmeRow {
 		}
 	}
 	if len(rows) == 0 {
-		t.Fatal("README.md has no compose table between <!-- compose-table --> markers")
+		t.Fatal("docs/deployment.md has no compose table between <!-- compose-table --> markers")
 	}
 	return rows
 }

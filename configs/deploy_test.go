@@ -36,7 +36,16 @@ type k8sObject struct {
 	StringData map[string]string `yaml:"stringData"`
 	Spec       yaml.Node         `yaml:"spec"`
 	Resources  []string          `yaml:"resources"`
+	Namespace  string            `yaml:"namespace"`
+	Images     []k8sImage        `yaml:"images"`
 	file       string
+}
+
+// k8sImage is a kustomization images: entry.
+type k8sImage struct {
+	Name    string `yaml:"name"`
+	NewName string `yaml:"newName"`
+	NewTag  string `yaml:"newTag"`
 }
 
 type k8sPort struct {
@@ -69,14 +78,15 @@ type k8sEnv struct {
 }
 
 type k8sContainer struct {
-	Name           string    `yaml:"name"`
-	Image          string    `yaml:"image"`
-	Args           []string  `yaml:"args"`
-	Ports          []k8sPort `yaml:"ports"`
-	Env            []k8sEnv  `yaml:"env"`
-	ReadinessProbe *k8sProbe `yaml:"readinessProbe"`
-	LivenessProbe  *k8sProbe `yaml:"livenessProbe"`
-	Resources      struct {
+	Name            string    `yaml:"name"`
+	Image           string    `yaml:"image"`
+	ImagePullPolicy string    `yaml:"imagePullPolicy"`
+	Args            []string  `yaml:"args"`
+	Ports           []k8sPort `yaml:"ports"`
+	Env             []k8sEnv  `yaml:"env"`
+	ReadinessProbe  *k8sProbe `yaml:"readinessProbe"`
+	LivenessProbe   *k8sProbe `yaml:"livenessProbe"`
+	Resources       struct {
 		Requests map[string]string `yaml:"requests"`
 		Limits   map[string]string `yaml:"limits"`
 	} `yaml:"resources"`
@@ -209,9 +219,22 @@ func TestKubernetesManifests(t *testing.T) {
 	objs, files := readManifests(t)
 
 	kust := find(t, objs, "Kustomization", "")
-	want := slices.DeleteFunc(slices.Clone(files), func(f string) bool { return f == "kustomization.yaml" })
+	// Every manifest is applied except examples (*.example.yaml).
+	want := slices.DeleteFunc(slices.Clone(files), func(f string) bool {
+		return f == "kustomization.yaml" || strings.HasSuffix(f, ".example.yaml")
+	})
 	if !slices.Equal(sorted(kust.Resources), sorted(want)) {
 		t.Errorf("kustomization resources %q, files %q", kust.Resources, want)
+	}
+	// No Secret is applied by apply -k: it would overwrite the real secrets,
+	// created by the documented kubectl commands, with placeholders.
+	for _, o := range objs {
+		if o.Kind == "Secret" && slices.Contains(kust.Resources, o.file) {
+			t.Errorf("Secret %s is in the kustomization (%s): kubectl apply -k would overwrite the real one", o.Metadata.Name, o.file)
+		}
+	}
+	if kust.Namespace != "ferry" {
+		t.Errorf("kustomization namespace %q, want ferry (the namespace of the documented commands)", kust.Namespace)
 	}
 	for _, o := range objs {
 		if o.Kind != "Kustomization" && o.Metadata.Labels["app.kubernetes.io/name"] != "ferry" {
@@ -226,6 +249,15 @@ func TestKubernetesManifests(t *testing.T) {
 		t.Fatalf("%d containers, want 1", len(pod.Containers))
 	}
 	c := pod.Containers[0]
+	// The image: a name the kustomization maps to a pushed, tagged image, and
+	// a pull policy that works for it (latest would be pulled on every start,
+	// and an image built only locally could never be).
+	if c.ImagePullPolicy != "IfNotPresent" {
+		t.Errorf("imagePullPolicy %q, want IfNotPresent", c.ImagePullPolicy)
+	}
+	if i := slices.IndexFunc(kust.Images, func(im k8sImage) bool { return im.Name == c.Image }); i < 0 || kust.Images[i].NewTag == "" || kust.Images[i].NewTag == "latest" || kust.Images[i].NewName == "" {
+		t.Errorf("image %q has no images: entry with a name and a fixed tag in the kustomization (%+v)", c.Image, kust.Images)
+	}
 	podLabels := sts.Template.Metadata.Labels
 	if !reflect.DeepEqual(sts.Selector.MatchLabels, podLabels) {
 		t.Errorf("StatefulSet selector %v, pod labels %v", sts.Selector.MatchLabels, podLabels)

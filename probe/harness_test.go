@@ -29,7 +29,7 @@ type testBroker struct {
 	url string
 }
 
-func startBroker(t *testing.T) *testBroker {
+func startBroker(t testing.TB) *testBroker {
 	t.Helper()
 	srv := mqtt.New(&mqtt.Options{InlineClient: true, Logger: slog.New(slog.DiscardHandler)})
 	if err := srv.AddHook(new(auth.AllowHook), nil); err != nil {
@@ -95,7 +95,7 @@ type forwarder struct {
 	closed bool
 }
 
-func startForwarder(t *testing.T, delay time.Duration, tf transform, out func([]byte)) *forwarder {
+func startForwarder(t testing.TB, delay time.Duration, tf transform, out func([]byte)) *forwarder {
 	f := &forwarder{in: make(chan queued, 1<<16)}
 	f.wg.Add(1)
 	go func() {
@@ -209,12 +209,12 @@ func forwardKafkaToMQTT(t *testing.T, b *testBroker, brokers []string, kafkaTopi
 
 // forwardMQTT republishes publishes on topic to other on b after delay,
 // without Kafka: the shortest path on which to check the probe's clock.
-func forwardMQTT(t *testing.T, b *testBroker, topic, other string, qos byte, delay time.Duration) {
+func forwardMQTT(t testing.TB, b *testBroker, topic, other string, qos byte, delay time.Duration) {
 	t.Helper()
 	forwardMQTTWith(t, b, topic, other, qos, delay, passThrough)
 }
 
-func forwardMQTTWith(t *testing.T, b *testBroker, topic, other string, qos byte, delay time.Duration, tf transform) {
+func forwardMQTTWith(t testing.TB, b *testBroker, topic, other string, qos byte, delay time.Duration, tf transform) {
 	t.Helper()
 	fwd := startForwarder(t, delay, tf, func(p []byte) {
 		if err := b.srv.Publish(other, p, false, qos); err != nil {

@@ -133,7 +133,7 @@ func (ps *pubSet) describe(cfg Config) string {
 		bytes += b
 		sent += p.sent.Load()
 	}
-	line := fmt.Sprintf("publishers: raw MQTT 3.1.1 engine, %d connections, QoS %d", cfg.Clients, cfg.QoS)
+	line := fmt.Sprintf("publishers: raw MQTT 3.1.1 engine, %s, QoS %d", Plural(int64(cfg.Clients), "connection"), cfg.QoS)
 	if cfg.QoS > 0 {
 		f := acks.Figures()
 		line += fmt.Sprintf(", %d publishes in flight each; %d acknowledgements timed (%s): p50 %.3f, p99 %.3f, max %.3f ms",

@@ -139,6 +139,17 @@ var CSVHeader = []string{
 	"subscribers_attempted", "subscribers_connected", "connect_p50_ms", "connect_p99_ms",
 }
 
+// Plural is "1 client", "4 clients".
+func Plural(n int64, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return strconv.FormatInt(n, 10) + " " + word + "s"
+}
+
+// LatencyUnits says how to read the latency figures; the table prints it.
+const LatencyUnits = "latencies in ms with 3 decimals (microsecond resolution); append is whole ms (Kafka's LogAppendTime has no finer unit)"
+
 func ms(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
 
 // csvRecord renders a row; unavailable latency figures are empty cells.
@@ -188,23 +199,39 @@ func WriteCSV(w io.Writer, rows []Row) error {
 	return nil
 }
 
-// WriteRaw writes the per-message lines: seq,send_ns,append_ms,recv_ns.
-// Empty append_ms: no LogAppendTime; empty recv_ns: never received.
+// RawHeader is the first line of the raw file. Absolute times carry their
+// unit and origin in the name (_ns: Unix nanoseconds, _time_ms: Unix
+// milliseconds); append_ms and e2e_ms are latencies.
+var RawHeader = []string{"seq", "send_ns", "recv_ns", "log_append_time_ms", "append_ms", "e2e_ms"}
+
+// WriteRaw writes the per-message lines (RawHeader): append_ms is Kafka's
+// LogAppendTime minus the send time, both in whole ms, as the append
+// metric; e2e_ms is receive - send with microsecond resolution. Empty
+// log_append_time_ms and append_ms: no LogAppendTime; empty recv_ns and
+// e2e_ms: never received.
 func WriteRaw(w io.Writer, lines []RawLine) error {
 	bw := bufio.NewWriter(w)
-	fmt.Fprintln(bw, "seq,send_ns,append_ms,recv_ns")
-	buf := make([]byte, 0, 64)
+	fmt.Fprintln(bw, strings.Join(RawHeader, ","))
+	buf := make([]byte, 0, 96)
 	for _, l := range lines {
 		buf = strconv.AppendUint(buf[:0], uint64(l.Seq), 10)
 		buf = append(buf, ',')
 		buf = strconv.AppendInt(buf, l.SendNs, 10)
 		buf = append(buf, ',')
+		if l.RecvNs != 0 {
+			buf = strconv.AppendInt(buf, l.RecvNs, 10)
+		}
+		buf = append(buf, ',')
 		if l.AppendMs >= 0 {
 			buf = strconv.AppendInt(buf, l.AppendMs, 10)
+			buf = append(buf, ',')
+			buf = strconv.AppendInt(buf, appendLatencyNs(l.AppendMs, l.SendNs)/1e6, 10)
+		} else {
+			buf = append(buf, ',')
 		}
 		buf = append(buf, ',')
 		if l.RecvNs != 0 {
-			buf = strconv.AppendInt(buf, l.RecvNs, 10)
+			buf = strconv.AppendFloat(buf, float64(l.RecvNs-l.SendNs)/1e6, 'f', 3, 64)
 		}
 		buf = append(buf, '\n')
 		if _, err := bw.Write(buf); err != nil {
@@ -233,9 +260,11 @@ func WriteTable(w io.Writer, r *Result) error {
 	case Roundtrip:
 		path = c.Topic + " @ " + c.MQTT + " -> " + c.ReplyTopic + " @ " + c.ReplyMQTT
 	}
-	fmt.Fprintf(&b, "probe %s: %s, %d msgs (+%d warm-up), QoS %d, %d B payload, %d clients, %d subscribers, %s\n\n",
-		r.Direction, path, c.Count, c.Warmup, c.QoS, r.PayloadBytes, c.Clients, c.Subscribers, loop)
+	fmt.Fprintf(&b, "probe %s: %s, %s (+%d warm-up), QoS %d, %d B payload, %s, %s, %s\n\n",
+		r.Direction, path, Plural(int64(c.Count), "message"), c.Warmup, c.QoS, r.PayloadBytes,
+		Plural(int64(c.Clients), "client"), Plural(int64(c.Subscribers), "subscriber"), loop)
 
+	b.WriteString(LatencyUnits + "\n\n")
 	fmt.Fprintf(&b, "%-14s %-7s %10s %10s %10s %10s %10s   (ms)\n", "direction", "metric", "avg", "max", "50%", "90%", "99%")
 	for _, row := range r.Rows {
 		fmt.Fprintf(&b, "%-14s %-7s ", row.Direction, row.Metric)

@@ -57,13 +57,16 @@ func TestCSVColumnsAreTheContract(t *testing.T) {
 func TestWriteRaw(t *testing.T) {
 	var buf bytes.Buffer
 	err := WriteRaw(&buf, []RawLine{
-		{Seq: 0, SendNs: 100, AppendMs: 5, RecvNs: 200},
+		{Seq: 0, SendNs: 1_000_000_000_400_000, AppendMs: 1_000_000_002, RecvNs: 1_000_000_003_650_000},
 		{Seq: 1, SendNs: 150, AppendMs: noAppend},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "seq,send_ns,append_ms,recv_ns\n0,100,5,200\n1,150,,\n"
+	// append_ms is a latency (2 ms after the send's whole ms), not the
+	// absolute LogAppendTime it was; e2e_ms has microsecond resolution.
+	want := "seq,send_ns,recv_ns,log_append_time_ms,append_ms,e2e_ms\n" +
+		"0,1000000000400000,1000000003650000,1000000002,2,3.250\n1,150,,,,\n"
 	if buf.String() != want {
 		t.Fatalf("raw:\n%q\nwant\n%q", buf.String(), want)
 	}

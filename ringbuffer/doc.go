@@ -55,7 +55,7 @@
 // 8-32M at 30-33 ns; the only quiet measurement (issue 17, the code before
 // these changes) had the ring at 0.64x the channel's items/s and 2.3x its
 // CPU per item. Figures on a loaded machine do not settle it: the quiet
-// re-measurement decides the ratio published in the README.
+// re-measurement decides the ratio published in docs/benchmarks.md.
 //
 // Even where a channel moves items as fast, the ring is the right hand-off
 // for the bridge: PopBatch takes a whole batch in one operation (the

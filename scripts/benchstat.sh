@@ -18,7 +18,7 @@
 # BenchmarkLinear, BenchmarkForward), probe/... (BenchmarkStreamObserve and any stamp/parse
 # benchmarks) and bridge BenchmarkProduce (the whole MQTT -> Kafka produce path; real Kafka
 # from FERRY_TEST_KAFKA, else the broker of scripts/kafka.sh if it runs, else the embedded
-# kfake - the benchmark name says which). The target ratios of ../shared/DESIGN.md (ring vs
+# kfake - the benchmark name says which). The target ratios of docs/targets.md (ring vs
 # channel with 4 producers >= 1.5x, 10,000-rule matching vs linear >= 50x) are printed by
 # benchstat with the benchmarks as columns.
 #

@@ -120,7 +120,7 @@ func ratio(a, b float64) string {
 	return strconv.FormatFloat(a/b, 'f', 2, 64) + "x"
 }
 
-// target is a latency target row of ../shared/DESIGN.md.
+// target is a latency target row of docs/targets.md (keep the two equal).
 type target struct{ p50, p99, max float64 }
 
 func (t target) String() string {
@@ -156,7 +156,7 @@ var targets = map[string]target{
 }
 
 func writeReference(w *mdWriter, rs []result) {
-	w.p("## Reference tests (seeds.md §1) vs targets (DESIGN.md)\n\n")
+	w.p("## Reference tests vs targets (docs/targets.md)\n\n")
 	w.p("| scenario | system | metric | count | lost | dup | msg/s | avg | p50 | p90 | p99 | p99.9 | max | target | verdict |\n")
 	w.p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
@@ -170,7 +170,7 @@ func writeReference(w *mdWriter, rs []result) {
 			rate(r.f("throughput_msg_s")), ms(r.f("avg_ms")), ms(r.f("p50_ms")), ms(r.f("p90_ms")),
 			ms(r.f("p99_ms")), ms(r.f("p999_ms")), ms(r.f("max_ms")), t, t.verdict(r))
 	}
-	w.p("\nReference figures: MQTT->Kafka append avg 2.44, p50 2, p90 4, p99 5, max 70 ms; " +
+	w.p("\nThe reference bridge's figures (docs/targets.md): MQTT->Kafka append avg 2.44, p50 2, p90 4, p99 5, max 70 ms; " +
 		"Kafka->MQTT avg 1.25, p50 1, p90 2, p99 2, max 139 ms.\n\n")
 }
 

@@ -18,7 +18,7 @@ import (
 // mainArgsEnv makes the test binary act as the bridge command: TestMain runs
 // main() with these arguments (separated by \x1f) so that real exit codes
 // can be checked.
-const mainArgsEnv = "FERRY_BRIDGE_TEST_MAIN_ARGS"
+const mainArgsEnv = "FERRY_TEST_MAIN_ARGS" // FERRY_TEST*: never taken for configuration
 
 func TestMain(m *testing.M) {
 	if args, ok := os.LookupEnv(mainArgsEnv); ok {
@@ -100,6 +100,9 @@ func TestCheckConfigExitCodes(t *testing.T) {
 
 // TestRunCheckConfig calls run directly for every example config.
 func TestRunCheckConfig(t *testing.T) {
+	// tls-auth.yaml takes the Kafka SASL password from the environment,
+	// as documented (a SASL mechanism without a password is refused).
+	t.Setenv("FERRY_KAFKA_SASL_PASSWORD", "from-the-environment")
 	files, err := filepath.Glob("../../configs/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no example configs found: %v", err)

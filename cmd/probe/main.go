@@ -44,6 +44,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -233,7 +234,7 @@ func addRunFlags(fs *pflag.FlagSet, d probe.Direction, cfg *probe.Config, files 
 		fs.StringVar(&files.csv, "csv", "", "write the sweep as CSV (header + one row per point)")
 	} else {
 		fs.StringVar(&files.csv, "csv", "", "write the figures as CSV (header + one row per direction and metric)")
-		fs.StringVar(&files.raw, "raw", "", "write one line per message: seq,send_ns,append_ms,recv_ns")
+		fs.StringVar(&files.raw, "raw", "", "write one line per message: seq,send_ns,recv_ns,log_append_time_ms,append_ms,e2e_ms (docs/probe.md)")
 	}
 	fs.StringVar(&files.plot, "plot", "", "write PNG figures into this directory")
 }
@@ -341,7 +342,12 @@ func runCompare(args []string, stdout io.Writer) error {
 	return probe.WriteComparison(stdout, res, args[0], args[1])
 }
 
+// writeFile writes path, creating its directory if needed (the README's
+// examples write into results/, which a fresh clone does not have).
 func writeFile(path string, write func(io.Writer) error) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", path, err)

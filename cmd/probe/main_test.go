@@ -87,14 +87,15 @@ func TestUsageErrors(t *testing.T) {
 func TestRoundtripWritesCSVAndRaw(t *testing.T) {
 	url := startBroker(t, true)
 	dir := t.TempDir()
-	csvPath, rawPath := filepath.Join(dir, "out.csv"), filepath.Join(dir, "raw.csv")
+	// Into a directory that does not exist yet, as the README's results/.
+	csvPath, rawPath := filepath.Join(dir, "results", "out.csv"), filepath.Join(dir, "results", "raw.csv")
 	out, _, err := runArgs(t, "roundtrip", "--mqtt", url, "--topic", "/in", "--reply-topic", "/out",
 		"--count", "50", "--warmup", "5", "--rate", "1000", "--qos", "1", "--payload-size", "64",
 		"--csv", csvPath, "--raw", rawPath)
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, out)
 	}
-	for _, want := range []string{"avg", "99%", "roundtrip", "self-check:", "open loop"} {
+	for _, want := range []string{"avg", "99%", "roundtrip", "self-check:", "open loop", "latencies in ms", "microsecond resolution"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
 		}
@@ -124,7 +125,7 @@ func TestRoundtripWritesCSVAndRaw(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
-	if lines[0] != "seq,send_ns,append_ms,recv_ns" || len(lines) != 56 {
+	if lines[0] != "seq,send_ns,recv_ns,log_append_time_ms,append_ms,e2e_ms" || len(lines) != 56 {
 		t.Fatalf("raw: %d lines, first %q", len(lines), lines[0])
 	}
 }

@@ -34,13 +34,15 @@ const (
 )
 
 // minLogMs is where latencies of 0 (clamped negatives) are drawn on a log
-// axis.
+// axis: its left edge, said in the axis label.
 const minLogMs = 0.001
+
+// plural is "1 message", "2 messages".
+func plural(n int64, word string) string { return probe.Plural(n, word) }
 
 // WriteRun writes, for each available metric of res, <direction>-<metric>-cdf.png
 // (cumulative distribution of latency) and <direction>-<metric>-time.png
-// (p50 and p99 per second of arrival, with throughput). It returns the
-// paths written.
+// (p50 and p99 over time, with throughput). It returns the paths written.
 func WriteRun(dir string, res *probe.Result) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("charts: %w", err)
@@ -52,14 +54,21 @@ func WriteRun(dir string, res *probe.Result) ([]string, error) {
 			continue
 		}
 		base := filepath.Join(dir, fmt.Sprintf("%s-%s", res.Direction, row.Metric))
-		title := fmt.Sprintf("%s %s latency: %d msgs, QoS %d, %d B, %d clients, %d subscribers",
-			res.Direction, row.Metric, row.Counts.Received, row.QoS, row.PayloadBytes, row.Clients, row.Subscribers)
-		if err := cdf(base+"-cdf.png", title, l.CDF()); err != nil {
+		title := fmt.Sprintf("%s %s latency: %s, QoS %d, %d B, %s, %s",
+			res.Direction, row.Metric, plural(row.Counts.Received, "message"), row.QoS, row.PayloadBytes,
+			plural(int64(row.Clients), "client"), plural(int64(row.Subscribers), "subscriber"))
+		// append is LogAppendTime - send time, both whole ms: whole-ms data.
+		wholeMs := row.Metric == probe.MetricAppend
+		var clamped float64
+		if n := l.Count(); n > 0 {
+			clamped = float64(row.Negative) / float64(n)
+		}
+		if err := cdf(base+"-cdf.png", title, l.CDF(), wholeMs, clamped); err != nil {
 			return paths, err
 		}
 		paths = append(paths, base+"-cdf.png")
 		if tl := res.Timeline(row.Metric); tl != nil {
-			if err := timeline(base+"-time.png", title, tl.Seconds()); err != nil {
+			if err := timeline(base+"-time.png", title, tl.Buckets()); err != nil {
 				return paths, err
 			}
 			paths = append(paths, base+"-time.png")
@@ -71,22 +80,47 @@ func WriteRun(dir string, res *probe.Result) ([]string, error) {
 	return paths, nil
 }
 
-func cdf(path, title string, pts []stats.CDFPoint) error {
+// cdfSteps draws an empirical CDF as what it is, a step function: at each
+// latency the curve rises vertically from the previous fraction to its
+// own, and stays flat until the next latency. floor replaces latencies
+// below it (0 on a log axis). A quantile's dot at (latency, q) lies on a
+// vertical segment.
+func cdfSteps(pts []stats.CDFPoint, floor float64) plotter.XYs {
+	xys := make(plotter.XYs, 0, 2*len(pts))
+	prev := 0.0
+	for _, pt := range pts {
+		x := math.Max(pt.Ms, floor)
+		xys = append(xys, plotter.XY{X: x, Y: prev}, plotter.XY{X: x, Y: pt.Fraction})
+		prev = pt.Fraction
+	}
+	return xys
+}
+
+// cdf draws the distribution: whole-ms data on a linear axis from 0 (each
+// step a whole millisecond), finer data on a log axis where the clamped
+// share (samples below 0, counted as 0) is drawn at the left edge and
+// stated in the axis label.
+func cdf(path, title string, pts []stats.CDFPoint, wholeMs bool, clamped float64) error {
 	if len(pts) == 0 {
 		return fmt.Errorf("%w: %s", ErrNoData, path)
 	}
 	p := plot.New()
 	p.Title.Text = title
-	p.X.Label.Text = "latency (ms, log scale)"
 	p.Y.Label.Text = "fraction of messages at or below (CDF)"
-	p.X.Scale = plot.LogScale{}
-	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	p.Y.Min, p.Y.Max = 0, 1
-	xys := make(plotter.XYs, 0, len(pts)+1)
-	for _, pt := range pts {
-		xys = append(xys, plotter.XY{X: math.Max(pt.Ms, minLogMs), Y: pt.Fraction})
+	p.Y.Min, p.Y.Max = 0, 1.0
+	floor := minLogMs
+	if wholeMs {
+		floor = 0
+		p.X.Label.Text = "latency (ms; whole milliseconds, as Kafka's LogAppendTime)"
+		p.X.Min = 0
+		p.X.Max = math.Max(1, pts[len(pts)-1].Ms+1)
+	} else {
+		p.X.Label.Text = "latency (ms, log scale; microsecond resolution)"
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	}
-	if len(xys) == 1 { // a single value: draw a step
+	xys := cdfSteps(pts, floor)
+	if !wholeMs && len(pts) == 1 { // a single value: give the log axis a width
 		xys = append(plotter.XYs{{X: xys[0].X / 2, Y: 0}}, xys...)
 	}
 	line, err := plotter.NewLine(xys)
@@ -98,7 +132,7 @@ func cdf(path, title string, pts []stats.CDFPoint) error {
 	p.Add(plotter.NewGrid(), line)
 	for _, q := range []float64{0.5, 0.99} {
 		ms := quantileOf(pts, q)
-		mark, err := plotter.NewScatter(plotter.XYs{{X: math.Max(ms, minLogMs), Y: q}})
+		mark, err := plotter.NewScatter(plotter.XYs{{X: math.Max(ms, floor), Y: q}})
 		if err != nil {
 			return fmt.Errorf("charts: %s: %w", path, err)
 		}
@@ -107,9 +141,29 @@ func cdf(path, title string, pts []stats.CDFPoint) error {
 		p.Add(mark)
 		p.Legend.Add(fmt.Sprintf("p%g = %.3f ms", q*100, ms), mark)
 	}
+	if note := clampedNote(clamped, wholeMs); note != "" {
+		// A legend line of its own: an axis label's second line narrows the plot.
+		p.Legend.Add(note)
+	}
+	// Bottom right: below the curve, which is near 1 at the right.
 	p.Legend.Top = false
 	p.Legend.Left = false
+	p.Legend.YOffs = vg.Points(10)
 	return save(p, path)
+}
+
+// clampedNote says which share of the samples was below 0 (send and
+// receive clocks differ by less than their resolution) and where the plot
+// draws them; "" when none.
+func clampedNote(clamped float64, wholeMs bool) string {
+	if clamped <= 0 {
+		return ""
+	}
+	where := "at 0"
+	if !wholeMs {
+		where = fmt.Sprintf("at the left edge, %g ms", minLogMs)
+	}
+	return fmt.Sprintf("%.1f%% of the samples were < 0 (clocks), counted as 0: drawn %s", 100*clamped, where)
 }
 
 // quantileOf is the smallest latency whose cumulative fraction reaches q.
@@ -122,39 +176,65 @@ func quantileOf(pts []stats.CDFPoint, q float64) float64 {
 	return pts[len(pts)-1].Ms
 }
 
-func timeline(path, title string, secs []stats.Second) error {
-	if len(secs) == 0 {
-		return fmt.Errorf("%w: %s", ErrNoData, path)
-	}
-	lat := plot.New()
-	lat.Title.Text = title
-	lat.X.Label.Text = "time since start (s)"
-	lat.Y.Label.Text = "latency (ms)"
-	var p50, p99, thr plotter.XYs
-	for _, s := range secs {
-		x := s.Start.Seconds() + 0.5
-		thr = append(thr, plotter.XY{X: x, Y: float64(s.Count)})
-		if s.Count == 0 {
+// legendRoom is how much higher than the data the latency axis reaches, so
+// that the legend at the top sits above every line.
+const legendRoom = 1.4
+
+// timelineSeries are the plotted lines: p50 and p99 of every interval with
+// arrivals, at its middle, and the arrival rate per second of every
+// interval except the last, which the run ended inside (drawn, it would
+// fall towards 0).
+func timelineSeries(bs []stats.Bucket) (p50, p99, rate plotter.XYs) {
+	for i, b := range bs {
+		x := (b.Start + b.Width/2).Seconds()
+		if i < len(bs)-1 || len(bs) == 1 {
+			rate = append(rate, plotter.XY{X: x, Y: float64(b.Count) / b.Width.Seconds()})
+		}
+		if b.Count == 0 {
 			continue
 		}
-		p50 = append(p50, plotter.XY{X: x, Y: s.P50})
-		p99 = append(p99, plotter.XY{X: x, Y: s.P99})
+		p50 = append(p50, plotter.XY{X: x, Y: b.P50})
+		p99 = append(p99, plotter.XY{X: x, Y: b.P99})
 	}
-	if err := plotutil.AddLinePoints(lat, "p50 per second", p50, "p99 per second", p99); err != nil {
+	return p50, p99, rate
+}
+
+func timeline(path, title string, bs []stats.Bucket) error {
+	if len(bs) == 0 {
+		return fmt.Errorf("%w: %s", ErrNoData, path)
+	}
+	width := bs[0].Width
+	p50, p99, thr := timelineSeries(bs)
+	lat := plot.New()
+	lat.Title.Text = title
+	lat.X.Label.Text = fmt.Sprintf("time since start (s), one point per %v", width)
+	lat.Y.Label.Text = "latency (ms)"
+	if err := plotutil.AddLinePoints(lat, fmt.Sprintf("p50 per %v", width), p50, fmt.Sprintf("p99 per %v", width), p99); err != nil {
 		return fmt.Errorf("charts: %s: %w", path, err)
 	}
 	lat.Add(plotter.NewGrid())
 	lat.Y.Min = 0
+	var top float64
+	for _, xy := range p99 {
+		top = math.Max(top, xy.Y)
+	}
+	lat.Y.Max = math.Max(top*legendRoom, 0.001)
 	lat.Legend.Top = true
 
 	rate := plot.New()
-	rate.X.Label.Text = "time since start (s)"
+	rate.X.Label.Text = fmt.Sprintf("time since start (s); the last, partial %v is left out", width)
 	rate.Y.Label.Text = "received (msg/s)"
-	if err := plotutil.AddLines(rate, "arrivals per second", thr); err != nil {
+	if err := plotutil.AddLines(rate, fmt.Sprintf("arrivals per second, per %v", width), thr); err != nil {
 		return fmt.Errorf("charts: %s: %w", path, err)
 	}
 	rate.Add(plotter.NewGrid())
 	rate.Y.Min = 0
+	var peak float64
+	for _, xy := range thr {
+		peak = math.Max(peak, xy.Y)
+	}
+	rate.Y.Max = math.Max(peak*legendRoom, 1)
+	rate.Legend.Top = true
 	rate.X.Min, rate.X.Max = lat.X.Min, lat.X.Max
 	return saveStack(path, lat, rate)
 }

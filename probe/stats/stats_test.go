@@ -253,15 +253,53 @@ func TestTimeline(t *testing.T) {
 		tl.Record(origin+int64(2500*time.Millisecond), 50e6)
 	}
 	tl.Record(origin+int64(3100*time.Millisecond), 7e6)
-	secs := tl.Seconds()
-	if len(secs) != 4 || secs[0].Count != 10 || secs[1].Count != 0 || secs[2].Count != 3 || secs[3].Count != 1 {
-		t.Fatalf("seconds %+v", secs)
+	bs := tl.Buckets()
+	at := func(d time.Duration) Bucket { return bs[int(d/timelineFirstWidth)] }
+	if len(bs) != 25 || at(500*time.Millisecond).Count != 10 || at(1500*time.Millisecond).Count != 0 ||
+		at(2500*time.Millisecond).Count != 3 || at(3100*time.Millisecond).Count != 1 {
+		t.Fatalf("buckets %+v", bs)
 	}
-	if secs[0].P50 < 0.99 || secs[0].P50 > 1.01 || secs[2].P99 < 49.5 || secs[2].P99 > 50.5 || secs[2].Start != 2*time.Second {
-		t.Fatalf("seconds %+v", secs)
+	if b := at(500 * time.Millisecond); b.P50 < 0.99 || b.P50 > 1.01 {
+		t.Fatalf("bucket %+v", b)
+	}
+	if b := at(2500 * time.Millisecond); b.P99 < 49.5 || b.P99 > 50.5 || b.Start != 2500*time.Millisecond || b.Width != timelineFirstWidth {
+		t.Fatalf("bucket %+v", b)
 	}
 	if p := tl.PeakPerSecond(); p != 10 {
 		t.Fatalf("peak %d", p)
+	}
+}
+
+// TestTimelineFitsTheRun: a short run gets enough points to draw (the
+// timeline had one per second: a 3-second run showed 3-4 points), and a
+// long one stays bounded, with widths that double and counts kept.
+func TestTimelineFitsTheRun(t *testing.T) {
+	const origin = int64(1e18)
+	for _, tc := range []struct {
+		run        time.Duration
+		minBuckets int
+		width      time.Duration
+	}{
+		{3 * time.Second, 20, timelineFirstWidth},
+		{10 * time.Minute, 256, 2 * time.Second},
+	} {
+		tl := NewTimeline(origin)
+		var n int64
+		for off := time.Duration(0); off < tc.run; off += 10 * time.Millisecond {
+			tl.Record(origin+int64(off), 1e6)
+			n++
+		}
+		bs := tl.Buckets()
+		var sum int64
+		for _, b := range bs {
+			sum += b.Count
+		}
+		if len(bs) < tc.minBuckets || len(bs) > timelineMaxBuckets || bs[0].Width != tc.width || sum != n {
+			t.Errorf("%v run: %d buckets of %v holding %d of %d samples; want >= %d of %v", tc.run, len(bs), bs[0].Width, sum, n, tc.minBuckets, tc.width)
+		}
+		if p := tl.PeakPerSecond(); p != 100 {
+			t.Errorf("%v run: peak %d/s, want 100", tc.run, p)
+		}
 	}
 }
 
