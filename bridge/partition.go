@@ -46,6 +46,7 @@ type partQ struct {
 	since    time.Time // when q last went from empty to non-empty (linger)
 	flight   []*record // in the request in flight
 	inflight bool
+	sentAt   time.Time // when the request in flight was built
 	listed   bool // in producer.ready
 
 	failures int // consecutive failed attempts; > 0 = stalled
@@ -55,8 +56,13 @@ type partQ struct {
 }
 
 // stalled reports whether the partition is known not to make progress now:
-// then records beyond its cap do not hold up every other partition.
-func (p *partQ) stalled() bool { return p.failures > 0 || p.leader < 0 || p.t.metaFailed }
+// then records beyond its cap do not hold up every other partition. A
+// request in flight for longer than hangAfter counts: a hung broker (no
+// answer, no error until the ack timeout) must not stop the loop from
+// reading the ring for the partitions of the other brokers.
+func (p *partQ) stalled(now time.Time, hangAfter time.Duration) bool {
+	return p.failures > 0 || p.leader < 0 || p.t.metaFailed || (p.inflight && now.Sub(p.sentAt) > hangAfter)
+}
 
 // take removes the first n records of q, keeping its backing array.
 func (p *partQ) take(n int) {

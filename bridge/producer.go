@@ -75,7 +75,8 @@ func (r *record) expired(now time.Time) bool {
 // the ring when it holds heldCap records, or when a healthy partition is at
 // partCap (it drains within a round trip); the ring then fills and MQTT
 // clients feel the backpressure. A stalled partition (failing, leaderless,
-// or its topic's metadata failing) at partCap does not stop the loop: it
+// its topic's metadata failing, or its request unanswered for hangAfter: a
+// hung broker) at partCap does not stop the loop: it
 // drops further QoS 0 records (counted) and keeps QoS 1/2 ones, which fail
 // at their deadline and are bounded by heldCap and the clients' windows.
 //
@@ -98,6 +99,7 @@ type producer struct {
 	heldCap   int           // records held in all (queued and in flight)
 	reqBytes  int           // bytes in one produce request
 	idleAfter time.Duration // state of an idle topic is dropped after this
+	hangAfter time.Duration // a request in flight this long stalls its partitions
 	tick      time.Duration // expiry, retry and idle sweep interval
 
 	// Owned by run.
@@ -148,11 +150,23 @@ func newProducer(cfg KafkaConfig, log *slog.Logger, client *kafka.Client, topics
 	return &producer{cfg: cfg, log: log, rt: rt, addr: client.Addr, topics: topics, ring: ring, metrics: m,
 		order: newKeyOrder(cfg.AckTimeout + time.Second), codec: codec, acks: acks,
 		partCap: 4 * cfg.MaxBatch, heldCap: 16 * cfg.MaxBatch, reqBytes: 4 * cfg.MaxBatchBytes,
-		idleAfter: time.Minute, tick: tick,
+		idleAfter: time.Minute, tick: tick, hangAfter: hangAfter(cfg.AckTimeout),
 		tqs: make(map[string]*topicQ), brokers: make(map[int32]*brokerQ), metaWant: make(map[string]bool),
 		batches: make(chan []*record), free: make(chan []*record, 2),
 		results: make(chan *produceCall, 16), metaRes: make(chan []topicMeta, metaParallel),
 	}, nil
+}
+
+// hangAfter is how long a produce request may stay unanswered before its
+// partitions count as stalled: a tenth of the ack timeout, within
+// [20 ms, 250 ms]. A healthy round trip takes a few milliseconds (tens under
+// load); until a hung request counts, a full partition of the hung broker
+// holds up the loop, and with it every partition, so this is short. Taking
+// a merely slow partition for stalled costs little: its QoS 0 records beyond
+// its cap are dropped (counted) instead of pushing back on the ring, its
+// QoS 1/2 records stay bounded by heldCap.
+func hangAfter(ackTimeout time.Duration) time.Duration {
+	return min(max(ackTimeout/10, 20*time.Millisecond), 250*time.Millisecond)
 }
 
 var errShutdown = fmt.Errorf("%w: shutting down", ErrKafkaUnavailable)
@@ -285,7 +299,7 @@ func (p *producer) place(r *record, now time.Time) bool {
 		return true
 	}
 	pq := tq.parts[partitionFor(r.key, len(tq.parts))]
-	if len(pq.q) >= p.partCap && !pq.stalled() {
+	if len(pq.q) >= p.partCap && !pq.stalled(now, p.hangAfter) {
 		return false
 	}
 	if len(pq.q) >= p.partCap && r.done == nil {

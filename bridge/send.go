@@ -143,7 +143,7 @@ func (p *producer) add(c *produceCall, pq *partQ, now time.Time) bool {
 	c.parts = append(c.parts, pq)
 	c.bytes += bytes
 	c.records += n
-	pq.inflight = true
+	pq.inflight, pq.sentAt = true, now
 	return true
 }
 
