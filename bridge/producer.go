@@ -551,6 +551,19 @@ func classify(err error) error {
 	return fmt.Errorf("%w: %v", ErrKafkaRejected, err)
 }
 
+// recordRejected reports whether Kafka refused a batch for what a record
+// in it may be: too large, invalid (INVALID_RECORD, e.g. no key on a
+// compacted topic), a bad timestamp, or corrupt. A batch so refused is
+// split and its records are sent one by one; a record refused on its own
+// fails at once, whatever kafka-go's Temporary says (it calls
+// CORRUPT_MESSAGE temporary, but Kafka answers it for records it will
+// never take, and TCP and the batch CRC leave corruption on the way
+// improbable): retried, a QoS 0 one would be for the bridge's life.
+func recordRejected(err error) bool {
+	return tooLarge(err) || errors.Is(err, kafka.InvalidRecord) || errors.Is(err, kafka.InvalidMessage) ||
+		errors.Is(err, kafka.InvalidTimestamp) || errors.Is(err, kafka.InvalidMessageSize)
+}
+
 func tooLarge(err error) bool {
 	return errors.Is(err, kafka.MessageSizeTooLarge) || errors.Is(err, kafka.RecordListTooLarge)
 }
