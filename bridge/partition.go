@@ -15,6 +15,7 @@ type topicQ struct {
 	rejected    error     // permanent error (name, cap, authorization), for a while
 	rejectedTil time.Time
 	lastUsed    time.Time
+	grow        *growth // while the topic gains partitions
 
 	// Set while a request is being built: which entry of call.req.Topics
 	// holds this topic.
@@ -23,7 +24,7 @@ type topicQ struct {
 }
 
 func (t *topicQ) empty() bool {
-	if len(t.waiting) > 0 {
+	if len(t.waiting) > 0 || t.grow != nil {
 		return false
 	}
 	for _, p := range t.parts {
@@ -47,12 +48,18 @@ type partQ struct {
 	flight   []*record // in the request in flight
 	inflight bool
 	sentAt   time.Time // when the request in flight was built
-	listed   bool // in producer.ready
+	listed   bool      // in producer.ready
 
 	failures int // consecutive failed attempts; > 0 = stalled
 	backoff  time.Duration
 	retryAt  time.Time
 	single   int // send this many records one per request (after a batch was too large)
+
+	// While the topic gains partitions (growth): the records it held then,
+	// settled up to oldsAt; draining until they all are.
+	olds     []*record
+	oldsAt   int
+	draining bool
 }
 
 // stalled reports whether the partition is known not to make progress now:

@@ -298,6 +298,9 @@ func (p *producer) place(r *record, now time.Time) bool {
 		}
 		return true
 	}
+	if tq.grow != nil && p.hold(tq, r, now) {
+		return true
+	}
 	pq := tq.parts[partitionFor(r.key, len(tq.parts))]
 	if len(pq.q) >= p.partCap && !pq.stalled(now, p.hangAfter) {
 		return false
@@ -360,6 +363,10 @@ func (p *producer) drop(r *record, now time.Time) bool {
 func (p *producer) sweep(now time.Time) {
 	for name, tq := range p.tqs {
 		tq.waiting = p.dropAll(tq.waiting, now)
+		if tq.grow != nil {
+			tq.grow.hold = p.dropAll(tq.grow.hold, now)
+			p.settleGrowth(tq, now)
+		}
 		for _, pq := range tq.parts {
 			pq.q = p.dropAll(pq.q, now)
 			for _, r := range pq.flight {
@@ -410,6 +417,13 @@ func (p *producer) failQueued() {
 			p.held--
 		}
 		tq.waiting = nil
+		if tq.grow != nil {
+			for _, r := range tq.grow.hold {
+				p.fail(r, errShutdown, now, false)
+				p.held--
+			}
+			tq.grow.hold = nil
+		}
 		for _, pq := range tq.parts {
 			for _, r := range pq.q {
 				p.fail(r, errShutdown, now, false)
@@ -488,6 +502,9 @@ func (p *producer) applyMeta(ms []topicMeta) {
 }
 
 func (p *producer) setLeaders(tq *topicQ, leaders []int32, now time.Time) {
+	if n := len(tq.parts); n > 0 && len(leaders) > n {
+		p.grow(tq, n, now)
+	}
 	for i := len(tq.parts); i < len(leaders); i++ {
 		tq.parts = append(tq.parts, &partQ{t: tq, id: int32(i), leader: -1})
 	}

@@ -288,6 +288,11 @@ func (p *producer) finish(c *produceCall) {
 		}
 		p.outcome(sl.pq, err, now)
 	}
+	for _, sl := range c.slots {
+		if sl.pq.t.grow != nil {
+			p.settleGrowth(sl.pq.t, now)
+		}
+	}
 }
 
 // outcome settles the records pq had in flight.
