@@ -23,6 +23,7 @@ type growth struct {
 	at       time.Time // when the count last changed
 	draining []*partQ  // partitions not yet settled
 	hold     []*record // records of moved keys, oldest first
+	recheck  bool      // the partitions to wait for changed: look at hold again
 }
 
 // grow notes that tq is about to go from its n partitions to more.
@@ -33,7 +34,7 @@ func (p *producer) grow(tq *topicQ, n int, now time.Time) {
 		tq.grow = g
 	}
 	g.counts = append(g.counts, n)
-	g.at = now
+	g.at, g.recheck = now, true
 	for _, pq := range g.draining {
 		pq.draining = false
 	}
@@ -90,7 +91,8 @@ func (p *producer) settleGrowth(tq *topicQ, now time.Time) {
 		}
 		kept = append(kept, pq)
 	}
-	changed := len(kept) < len(g.draining)
+	changed := g.recheck || len(kept) < len(g.draining)
+	g.recheck = false
 	clear(g.draining[len(kept):])
 	g.draining = kept
 	if changed && len(g.hold) > 0 {
