@@ -15,9 +15,17 @@ import (
 // answered, no error until the ack timeout). Its partition's queue fills;
 // the records beyond its cap must not stop the loop from reading the ring:
 // a record for a partition of another broker is acknowledged while the
-// hung request is still unanswered, and the hung partition's QoS 1 records
-// fail at their deadline, not before.
+// hung request is still unanswered. QoS 1 records beyond the cap queue
+// (bounded by heldCap) and fail at their deadline, not before; QoS 0 ones
+// wait for room until the request counts as hung (hangAfter), then are
+// dropped.
 func TestProducerHungBrokerDoesNotStallOthers(t *testing.T) {
+	for _, qos := range []int{1, 0} {
+		t.Run(fmt.Sprintf("qos%d", qos), func(t *testing.T) { testHungBroker(t, qos) })
+	}
+}
+
+func testHungBroker(t *testing.T, qos int) {
 	fk := newFakeKafka()
 	fk.addTopic("hung", 1)
 	fk.addTopic("good", 2)
@@ -40,9 +48,10 @@ func TestProducerHungBrokerDoesNotStallOthers(t *testing.T) {
 	start := time.Now()
 	var hung []outcome
 	// Three times the hung partition's cap (below heldCap): the records
-	// beyond it are taken from the ring once the partition counts as hung.
+	// beyond it are taken from the ring at once (QoS 1) or once the
+	// partition counts as hung (QoS 0).
 	for i := range 3 * partCap {
-		hung = append(hung, h.send("hung", "k", fmt.Sprint(i), 1))
+		hung = append(hung, h.send("hung", "k", fmt.Sprint(i), qos))
 	}
 	good := h.send("good", "k", "while-hung", 1)
 	err, _ := good.wait(t, 3*ackTimeout)
@@ -53,13 +62,20 @@ func TestProducerHungBrokerDoesNotStallOthers(t *testing.T) {
 		t.Fatalf("the healthy broker's record was acknowledged only after the hung request gave up (%s after the hang began): the hung partition held up the loop",
 			time.Since(start).Round(time.Millisecond))
 	}
+	if qos == 0 {
+		waitFor(t, 15*time.Second, "QoS 0 records beyond the hung partition's cap dropped", func() bool {
+			return counterValue(t, h.reg, "ferry_dropped_total", map[string]string{"reason": "ring_full"}) > 0
+		})
+		return
+	}
 	for i, o := range hung {
 		err, at := o.wait(t, 3*ackTimeout)
 		if !errors.Is(err, ErrKafkaUnavailable) {
 			t.Fatalf("hung record %d: err = %v, want ErrKafkaUnavailable", i, err)
 		}
-		// Each record's deadline is its own receipt + the ack timeout: none
-		// fails before it.
+		// The first record fails at its deadline (its receipt + the ack
+		// timeout), the later ones of its key with it (key order): none
+		// before.
 		if took := at.Sub(start); took < ackTimeout {
 			t.Fatalf("hung record %d failed after %s, before the ack timeout %s", i, took, ackTimeout)
 		}

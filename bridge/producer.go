@@ -72,13 +72,15 @@ func (r *record) expired(now time.Time) bool {
 // failing or leaderless partition holds up only itself.
 //
 // Memory is bounded while Kafka is away: the loop stops taking records from
-// the ring when it holds heldCap records, or when a healthy partition is at
-// partCap (it drains within a round trip); the ring then fills and MQTT
-// clients feel the backpressure. A stalled partition (failing, leaderless,
-// its topic's metadata failing, or its request unanswered for hangAfter: a
-// hung broker) at partCap does not stop the loop: it
-// drops further QoS 0 records (counted) and keeps QoS 1/2 ones, which fail
-// at their deadline and are bounded by heldCap and the clients' windows.
+// the ring when it holds heldCap records, or when a QoS 0 record finds its
+// healthy partition at partCap (it drains within a round trip); the ring
+// then fills and MQTT clients feel the backpressure. QoS 1/2 records queue
+// beyond partCap: they are bounded by heldCap and their deadline, and a
+// partition whose broker hangs (no answer, no error until the ack timeout)
+// must not stop the loop before anyone can tell it from a slow one. A
+// stalled partition (failing, leaderless, its topic's metadata failing, or
+// its request unanswered for hangAfter) at partCap does not stop the loop
+// for QoS 0 records either: it drops them (counted).
 //
 // Every QoS 1/2 record fails at its own deadline, whatever shares its
 // request; QoS 0 records retry while the bridge runs. State of topics idle
@@ -160,11 +162,11 @@ func newProducer(cfg KafkaConfig, log *slog.Logger, client *kafka.Client, topics
 // hangAfter is how long a produce request may stay unanswered before its
 // partitions count as stalled: a tenth of the ack timeout, within
 // [20 ms, 250 ms]. A healthy round trip takes a few milliseconds (tens under
-// load); until a hung request counts, a full partition of the hung broker
-// holds up the loop, and with it every partition, so this is short. Taking
-// a merely slow partition for stalled costs little: its QoS 0 records beyond
-// its cap are dropped (counted) instead of pushing back on the ring, its
-// QoS 1/2 records stay bounded by heldCap.
+// load); until a hung request counts, a QoS 0 record for a full partition
+// of the hung broker holds up the loop, and with it every partition, so
+// this is short. Taking a merely slow partition for stalled costs little:
+// its QoS 0 records beyond its cap are dropped (counted) instead of pushing
+// back on the ring.
 func hangAfter(ackTimeout time.Duration) time.Duration {
 	return min(max(ackTimeout/10, 20*time.Millisecond), 250*time.Millisecond)
 }
@@ -262,8 +264,9 @@ func (p *producer) placeParked() {
 	p.parked = p.parked[:0]
 }
 
-// place queues r on its partition. It returns false when r must wait: its
-// healthy partition (or its topic, still being looked up) is full.
+// place queues r on its partition. It returns false when r must wait: a
+// QoS 0 record whose healthy partition is full, or any record whose topic,
+// still being looked up, has a full queue.
 func (p *producer) place(r *record, now time.Time) bool {
 	if p.dead {
 		p.fail(r, errShutdown, now, false)
@@ -302,10 +305,10 @@ func (p *producer) place(r *record, now time.Time) bool {
 		return true
 	}
 	pq := tq.parts[partitionFor(r.key, len(tq.parts))]
-	if len(pq.q) >= p.partCap && !pq.stalled(now, p.hangAfter) {
-		return false
-	}
 	if len(pq.q) >= p.partCap && r.done == nil {
+		if !pq.stalled(now, p.hangAfter) {
+			return false
+		}
 		p.metrics.drops.WithLabelValues("ring_full").Inc()
 		return true
 	}
