@@ -305,12 +305,16 @@ func (p *producer) place(r *record, now time.Time) bool {
 		return true
 	}
 	pq := tq.parts[partitionFor(r.key, len(tq.parts))]
-	if len(pq.q) >= p.partCap && r.done == nil {
-		if !pq.stalled(now, p.hangAfter) {
+	if len(pq.q) >= p.partCap {
+		switch {
+		case r.done != nil && p.held < p.heldCap:
+			// QoS 1/2: queued beyond the cap, bounded by heldCap and its deadline.
+		case r.done != nil || !pq.stalled(now, p.hangAfter):
 			return false
+		default:
+			p.metrics.drops.WithLabelValues("ring_full").Inc()
+			return true
 		}
-		p.metrics.drops.WithLabelValues("ring_full").Inc()
-		return true
 	}
 	p.push(pq, r, now)
 	return true
