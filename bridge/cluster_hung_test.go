@@ -17,6 +17,31 @@ import (
 	"github.com/ferry-bridge/ferry/internal/kafkatest"
 )
 
+// leaderOf returns the node id leading partition 0 of a topic, waiting for
+// the metadata of a topic created a moment ago to reach every broker.
+func (c *kafkaCluster) leaderOf(topic string) int {
+	c.t.Helper()
+	client := kafkatest.Client(c.addrs)
+	leader := -1
+	waitFor(c.t, 20*time.Second, "a leader for "+topic, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+		if err != nil {
+			return false
+		}
+		for _, tp := range md.Topics {
+			for _, p := range tp.Partitions {
+				if p.ID == 0 && p.Leader.ID > 0 {
+					leader = p.Leader.ID
+				}
+			}
+		}
+		return leader > 0
+	})
+	return leader
+}
+
 // latencies is a set of PUBACK latencies.
 type latencies []time.Duration
 
@@ -95,7 +120,7 @@ func TestThreeBrokersHungBroker(t *testing.T) {
 	for i := 0; len(byLeader) < 3 && i < 30; i++ {
 		topic := uniqueTopic(fmt.Sprintf("hung%d", i))
 		mustPublish(t, warm, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte("warm")})
-		if l, _ := kc.leader(kafkaName(t, topic)); byLeader[l] == "" {
+		if l := kc.leaderOf(kafkaName(t, topic)); byLeader[l] == "" {
 			byLeader[l] = topic
 		}
 	}
