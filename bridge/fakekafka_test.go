@@ -43,6 +43,7 @@ type fakeKafka struct {
 	reqFault func(ctx context.Context, req *produceAPI.Request) error
 
 	requests  []fakeReq
+	written   []string        // values in the order they were stored, all partitions
 	inflight  map[string]bool // "topic/partition" in a request now
 	violation string          // first breach of one-in-flight-per-partition
 }
@@ -80,6 +81,23 @@ func (f *fakeKafka) moveLeader(topic string, part int, leader int32) {
 	f.topics[topic].real[part] = leader
 }
 
+// addPartitions adds partitions led by leaders to a topic, as Kafka's
+// CreatePartitions does; the cache learns them on the next refresh.
+func (f *fakeKafka) addPartitions(topic string, leaders ...int32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.topics[topic]
+	t.real = append(t.real, leaders...)
+	t.logs = append(t.logs, make([][]fakeRec, len(leaders))...)
+}
+
+// writeOrder returns every stored value in the order it was stored.
+func (f *fakeKafka) writeOrder() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.written...)
+}
+
 func (f *fakeKafka) log(topic string, part int) []fakeRec {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -98,7 +116,7 @@ func (f *fakeKafka) stats() (refreshes int, reqs []fakeReq, violation string) {
 
 func (f *fakeKafka) refreshLocked() {
 	for _, t := range f.topics {
-		copy(t.cached, t.real)
+		t.cached = append(t.cached[:0], t.real...)
 	}
 	f.refreshes++
 	f.refreshedAt = time.Now()
@@ -229,6 +247,9 @@ func (f *fakeKafka) produce(ctx context.Context, req *produceAPI.Request) (proto
 			if code == 0 {
 				f.mu.Lock()
 				t.logs[rp.Partition] = append(t.logs[rp.Partition], recs...)
+				for _, r := range recs {
+					f.written = append(f.written, r.value)
+				}
 				f.mu.Unlock()
 			}
 			out.Partitions = append(out.Partitions, produceAPI.ResponsePartition{Partition: rp.Partition, ErrorCode: code})

@@ -15,6 +15,7 @@ type topicQ struct {
 	rejected    error     // permanent error (name, cap, authorization), for a while
 	rejectedTil time.Time
 	lastUsed    time.Time
+	grow        *growth // while the topic gains partitions
 
 	// Set while a request is being built: which entry of call.req.Topics
 	// holds this topic.
@@ -23,7 +24,7 @@ type topicQ struct {
 }
 
 func (t *topicQ) empty() bool {
-	if len(t.waiting) > 0 {
+	if len(t.waiting) > 0 || t.grow != nil {
 		return false
 	}
 	for _, p := range t.parts {
@@ -46,17 +47,29 @@ type partQ struct {
 	since    time.Time // when q last went from empty to non-empty (linger)
 	flight   []*record // in the request in flight
 	inflight bool
-	listed   bool // in producer.ready
+	sentAt   time.Time // when the request in flight was built
+	listed   bool      // in producer.ready
 
 	failures int // consecutive failed attempts; > 0 = stalled
 	backoff  time.Duration
 	retryAt  time.Time
 	single   int // send this many records one per request (after a batch was too large)
+
+	// While the topic gains partitions (growth): the records it held then,
+	// settled up to oldsAt; draining until they all are.
+	olds     []*record
+	oldsAt   int
+	draining bool
 }
 
 // stalled reports whether the partition is known not to make progress now:
-// then records beyond its cap do not hold up every other partition.
-func (p *partQ) stalled() bool { return p.failures > 0 || p.leader < 0 || p.t.metaFailed }
+// then records beyond its cap do not hold up every other partition. A
+// request in flight for longer than hangAfter counts: a hung broker (no
+// answer, no error until the ack timeout) must not stop the loop from
+// reading the ring for the partitions of the other brokers.
+func (p *partQ) stalled(now time.Time, hangAfter time.Duration) bool {
+	return p.failures > 0 || p.leader < 0 || p.t.metaFailed || (p.inflight && now.Sub(p.sentAt) > hangAfter)
+}
 
 // take removes the first n records of q, keeping its backing array.
 func (p *partQ) take(n int) {

@@ -76,12 +76,15 @@ func (r *record) expired(now time.Time) bool {
 // failing or leaderless partition holds up only itself.
 //
 // Memory is bounded while Kafka is away: the loop stops taking records from
-// the ring when it holds heldCap records, or when a healthy partition is at
-// partCap (it drains within a round trip); the ring then fills and MQTT
-// clients feel the backpressure. A stalled partition (failing, leaderless,
-// or its topic's metadata failing) at partCap does not stop the loop: it
-// drops further QoS 0 records (counted) and keeps QoS 1/2 ones, which fail
-// at their deadline and are bounded by heldCap and the clients' windows.
+// the ring when it holds heldCap records, or when a QoS 0 record finds its
+// healthy partition at partCap (it drains within a round trip); the ring
+// then fills and MQTT clients feel the backpressure. QoS 1/2 records queue
+// beyond partCap: they are bounded by heldCap and their deadline, and a
+// partition whose broker hangs (no answer, no error until the ack timeout)
+// must not stop the loop before anyone can tell it from a slow one. A
+// stalled partition (failing, leaderless, its topic's metadata failing, or
+// its request unanswered for hangAfter) at partCap does not stop the loop
+// for QoS 0 records either: it drops them (counted).
 //
 // Every QoS 1/2 record fails at its own deadline, whatever shares its
 // request; QoS 0 records retry while the bridge runs. State of topics idle
@@ -102,6 +105,7 @@ type producer struct {
 	heldCap   int           // records held in all (queued and in flight)
 	reqBytes  int           // bytes in one produce request
 	idleAfter time.Duration // state of an idle topic is dropped after this
+	hangAfter time.Duration // a request in flight this long stalls its partitions
 	tick      time.Duration // expiry, retry and idle sweep interval
 
 	// Owned by run.
@@ -152,11 +156,23 @@ func newProducer(cfg KafkaConfig, log *slog.Logger, client *kafka.Client, topics
 	return &producer{cfg: cfg, log: log, rt: rt, addr: client.Addr, topics: topics, ring: ring, metrics: m,
 		order: newKeyOrder(cfg.AckTimeout + time.Second), codec: codec, acks: acks,
 		partCap: 4 * cfg.MaxBatch, heldCap: 16 * cfg.MaxBatch, reqBytes: 4 * cfg.MaxBatchBytes,
-		idleAfter: time.Minute, tick: tick,
+		idleAfter: time.Minute, tick: tick, hangAfter: hangAfter(cfg.AckTimeout),
 		tqs: make(map[string]*topicQ), brokers: make(map[int32]*brokerQ), metaWant: make(map[string]bool),
 		batches: make(chan []*record), free: make(chan []*record, 2),
 		results: make(chan *produceCall, 16), metaRes: make(chan []topicMeta, metaParallel),
 	}, nil
+}
+
+// hangAfter is how long a produce request may stay unanswered before its
+// partitions count as stalled: a tenth of the ack timeout, within
+// [20 ms, 250 ms]. A healthy round trip takes a few milliseconds (tens under
+// load); until a hung request counts, a QoS 0 record for a full partition
+// of the hung broker holds up the loop, and with it every partition, so
+// this is short. Taking a merely slow partition for stalled costs little:
+// its QoS 0 records beyond its cap are dropped (counted) instead of pushing
+// back on the ring.
+func hangAfter(ackTimeout time.Duration) time.Duration {
+	return min(max(ackTimeout/10, 20*time.Millisecond), 250*time.Millisecond)
 }
 
 var errShutdown = fmt.Errorf("%w: shutting down", ErrKafkaUnavailable)
@@ -252,8 +268,9 @@ func (p *producer) placeParked() {
 	p.parked = p.parked[:0]
 }
 
-// place queues r on its partition. It returns false when r must wait: its
-// healthy partition (or its topic, still being looked up) is full.
+// place queues r on its partition. It returns false when r must wait: a
+// QoS 0 record whose healthy partition is full, or any record whose topic,
+// still being looked up, has a full queue.
 func (p *producer) place(r *record, now time.Time) bool {
 	if p.dead {
 		p.fail(r, errShutdown, now, false)
@@ -288,13 +305,20 @@ func (p *producer) place(r *record, now time.Time) bool {
 		}
 		return true
 	}
-	pq := tq.parts[partitionFor(r.key, len(tq.parts))]
-	if len(pq.q) >= p.partCap && !pq.stalled() {
-		return false
-	}
-	if len(pq.q) >= p.partCap && r.done == nil {
-		p.metrics.drops.WithLabelValues("ring_full").Inc()
+	if tq.grow != nil && p.hold(tq, r, now) {
 		return true
+	}
+	pq := tq.parts[partitionFor(r.key, len(tq.parts))]
+	if len(pq.q) >= p.partCap {
+		switch {
+		case r.done != nil && p.held < p.heldCap:
+			// QoS 1/2: queued beyond the cap, bounded by heldCap and its deadline.
+		case r.done != nil || !pq.stalled(now, p.hangAfter):
+			return false
+		default:
+			p.metrics.drops.WithLabelValues("ring_full").Inc()
+			return true
+		}
 	}
 	p.push(pq, r, now)
 	return true
@@ -350,6 +374,10 @@ func (p *producer) drop(r *record, now time.Time) bool {
 func (p *producer) sweep(now time.Time) {
 	for name, tq := range p.tqs {
 		tq.waiting = p.dropAll(tq.waiting, now)
+		if tq.grow != nil {
+			tq.grow.hold = p.dropAll(tq.grow.hold, now)
+			p.settleGrowth(tq, now)
+		}
 		for _, pq := range tq.parts {
 			pq.q = p.dropAll(pq.q, now)
 			for _, r := range pq.flight {
@@ -400,6 +428,13 @@ func (p *producer) failQueued() {
 			p.held--
 		}
 		tq.waiting = nil
+		if tq.grow != nil {
+			for _, r := range tq.grow.hold {
+				p.fail(r, errShutdown, now, false)
+				p.held--
+			}
+			tq.grow.hold = nil
+		}
 		for _, pq := range tq.parts {
 			for _, r := range pq.q {
 				p.fail(r, errShutdown, now, false)
@@ -478,6 +513,9 @@ func (p *producer) applyMeta(ms []topicMeta) {
 }
 
 func (p *producer) setLeaders(tq *topicQ, leaders []int32, now time.Time) {
+	if n := len(tq.parts); n > 0 && len(leaders) > n {
+		p.grow(tq, n, now)
+	}
 	for i := len(tq.parts); i < len(leaders); i++ {
 		tq.parts = append(tq.parts, &partQ{t: tq, id: int32(i), leader: -1})
 	}
@@ -539,6 +577,19 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %v", ErrTopicRejected, err)
 	}
 	return fmt.Errorf("%w: %v", ErrKafkaRejected, err)
+}
+
+// recordRejected reports whether Kafka refused a batch for what a record
+// in it may be: too large, invalid (INVALID_RECORD, e.g. no key on a
+// compacted topic), a bad timestamp, or corrupt. A batch so refused is
+// split and its records are sent one by one; a record refused on its own
+// fails at once, whatever kafka-go's Temporary says (it calls
+// CORRUPT_MESSAGE temporary, but Kafka answers it for records it will
+// never take, and TCP and the batch CRC leave corruption on the way
+// improbable): retried, a QoS 0 one would be for the bridge's life.
+func recordRejected(err error) bool {
+	return tooLarge(err) || errors.Is(err, kafka.InvalidRecord) || errors.Is(err, kafka.InvalidMessage) ||
+		errors.Is(err, kafka.InvalidTimestamp) || errors.Is(err, kafka.InvalidMessageSize)
 }
 
 func tooLarge(err error) bool {

@@ -144,7 +144,7 @@ func (p *producer) add(c *produceCall, pq *partQ, now time.Time) bool {
 	c.parts = append(c.parts, pq)
 	c.bytes += bytes
 	c.records += n
-	pq.inflight = true
+	pq.inflight, pq.sentAt = true, now
 	return true
 }
 
@@ -290,6 +290,11 @@ func (p *producer) finish(c *produceCall) {
 		}
 		p.outcome(sl.pq, err, now)
 	}
+	for _, sl := range c.slots {
+		if sl.pq.t.grow != nil {
+			p.settleGrowth(sl.pq.t, now)
+		}
+	}
 }
 
 // outcome settles the records pq had in flight.
@@ -304,13 +309,13 @@ func (p *producer) outcome(pq *partQ, err error, now time.Time) {
 		pq.flight = pq.flight[:0]
 		pq.inflight = false
 		pq.failures, pq.backoff = 0, 0
-	case tooLarge(err) && len(pq.flight) > 1:
-		// Kafka's max.message.bytes limits the whole batch: send these
-		// records one by one, so that only those too large on their own
-		// are refused.
+	case recordRejected(err) && len(pq.flight) > 1:
+		// Kafka refused the batch for what one record may be (too large
+		// for max.message.bytes, invalid, corrupt): send these records one
+		// by one, so that only the bad ones are refused.
 		pq.single = len(pq.flight)
 		p.held -= pq.requeue()
-	case tooLarge(err):
+	case recordRejected(err):
 		p.fail(pq.flight[0], classify(err), now, false) // can never be written: blocks nobody
 		p.held -= len(pq.flight)
 		if pq.single > 0 {

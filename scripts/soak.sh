@@ -9,6 +9,8 @@
 #   scripts/soak.sh garbage    TestBadInputGarbage for 30 s, TestSlowSubscriberReverse with
 #                              200,000 records (FERRY_SOAK_FULL=1)
 #   scripts/soak.sh cluster    TestThreeBrokersKillOne (starts 3 Kafka nodes of its own)
+#   scripts/soak.sh hung       TestThreeBrokersHungBroker (3 Kafka nodes of its own, one paused):
+#                              healthy partitions' PUBACK p50/p99 before and while a broker hangs
 #   scripts/soak.sh scaleout   TestScaleOutHAProxy full size (FERRY_SOAK_FULL=1): 3 Ferry
 #                              processes behind HAProxy, 300 publishers x 20,000 QoS 1 msgs, one
 #                              instance killed with SIGKILL; 100,000 reverse records; prints acked,
@@ -40,9 +42,10 @@ soak | all) FERRY_SOAK_DURATION=${FERRY_SOAK_DURATION:-10m} run -timeout 30m -ru
 storm | all) run -timeout 10m -run '^TestConnectionStorm$' ;;&
 garbage | all) FERRY_SOAK_FULL=1 run -timeout 20m -run '^(TestBadInputGarbage|TestSlowSubscriberReverse)$' ;;&
 cluster | all) FERRY_TEST_CLUSTER=1 run -timeout 20m -run '^TestThreeBrokersKillOne$' ;;&
+hung | all) FERRY_TEST_CLUSTER=1 run -timeout 10m -run '^TestThreeBrokersHungBroker$' ;;&
 scaleout | all) FERRY_SOAK_FULL=1 run -timeout 30m -run '^TestScaleOutHAProxy$' ;;&
 memory | all) run -timeout 10m -run '^TestIdleConnectionMemory$' ;;&
-soak | storm | garbage | cluster | scaleout | memory | all) ;;
+soak | storm | garbage | cluster | hung | scaleout | memory | all) ;;
 *)
 	sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
 	exit 2

@@ -1,0 +1,94 @@
+package bridge
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// poisonFault refuses every batch that carries a record whose value starts
+// with one of the prefixes, with that prefix's error code: Kafka refuses
+// the whole batch for one bad record.
+func poisonFault(codes map[string]kafka.Error) func(string, int32, []fakeRec) int16 {
+	return func(_ string, _ int32, recs []fakeRec) int16 {
+		for _, r := range recs {
+			for prefix, code := range codes {
+				if strings.HasPrefix(r.value, prefix) {
+					return int16(code)
+				}
+			}
+		}
+		return 0
+	}
+}
+
+// Issue 22, item 6: Kafka refuses a batch with INVALID_RECORD for one
+// record in it. Only that record fails (ErrKafkaRejected, counted); the
+// others of the batch, of its key and of others, reach Kafka in order.
+func TestProducerInvalidRecordFailsAlone(t *testing.T) {
+	fk := newFakeKafka()
+	fk.addTopic("t", 1)
+	fk.partFault = poisonFault(map[string]kafka.Error{"bad": kafka.InvalidRecord})
+	h := newProdHarness(t, fk, 64, nil)
+	var outs []outcome
+	var want []string
+	// Queued before the producer runs: one batch carries them all.
+	for i := range 12 {
+		v := fmt.Sprintf("good-%d", i)
+		if i == 5 {
+			v = "bad-5"
+		} else {
+			want = append(want, v)
+		}
+		r, o := h.rec("t", fmt.Sprintf("k%d", i%3), v, 1, 10*time.Second)
+		h.push(r)
+		outs = append(outs, o)
+	}
+	h.start()
+	for i, o := range outs {
+		err, _ := o.wait(t, 15*time.Second)
+		if i == 5 {
+			if !errors.Is(err, ErrKafkaRejected) {
+				t.Fatalf("invalid record: err = %v, want ErrKafkaRejected", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("innocent record %d refused with the invalid one: %v", i, err)
+		}
+	}
+	if got := values(fk.log("t", 0)); !slices.Equal(got, want) {
+		t.Fatalf("Kafka has %q, want %q", got, want)
+	}
+	if n := counterValue(t, h.reg, "ferry_kafka_produce_errors_total", nil); n != 1 {
+		t.Fatalf("produce errors counted: %v, want 1", n)
+	}
+}
+
+// Issue 22, item 6: a QoS 0 record Kafka refuses as CORRUPT_MESSAGE
+// (kafka-go calls it temporary) is given up at once and counted, not
+// retried for the bridge's life; the QoS 0 records around it are written.
+func TestProducerCorruptQoS0GivenUp(t *testing.T) {
+	fk := newFakeKafka()
+	fk.addTopic("t", 1)
+	fk.partFault = poisonFault(map[string]kafka.Error{"corrupt": kafka.InvalidMessage})
+	h := newProdHarness(t, fk, 64, nil)
+	for _, v := range []string{"a", "corrupt", "b"} {
+		h.send("t", "k", v, 0)
+	}
+	h.start()
+	waitFor(t, 15*time.Second, "the corrupt record given up, the others written", func() bool {
+		return counterValue(t, h.reg, "ferry_kafka_produce_errors_total", nil) == 1 && len(fk.log("t", 0)) == 2
+	})
+	if got := values(fk.log("t", 0)); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("Kafka has %q, want [a b]", got)
+	}
+	waitFor(t, 15*time.Second, "nothing held", func() bool {
+		return counterValue(t, h.reg, "ferry_kafka_producer_records_held", nil) == 0
+	})
+}
