@@ -36,16 +36,9 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 	if b.retained.table, err = state.Open(tc(b.cfg.State.RetainedTopic), b.log, b.retained.onChange); err != nil {
 		return fmt.Errorf("retained messages: %w", err)
 	}
-	var hook *sessionHook
-	b.sessions, err = state.Open(tc(b.cfg.State.SessionsTopic), b.log, func(c state.Change) {
-		if hook != nil {
-			hook.onChange(c)
-		}
-	})
-	if err != nil {
-		return fmt.Errorf("sessions: %w", err)
-	}
-	hook = newSessionHook(b.log, b.server, b.sessions, b.cfg.Instance.ID, b.cfg.Kafka.AckTimeout, sm)
+	// The hook is complete before the table's reader starts calling it;
+	// its table is set before any client can connect.
+	hook := newSessionHook(b.log, b.server, nil, b.cfg.Instance.ID, b.cfg.Kafka.AckTimeout, sm)
 	hook.inj = new(injections)
 	rm, err := newReplayMetrics(b.reg)
 	if err != nil {
@@ -60,6 +53,10 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 	hook.replays = &replayer{h: hook, log: b.log.With("component", "replay"), tm: b.tm,
 		opts: append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, sec...), admin: kadm.NewClient(cl),
 		reverse: b.cfg.Reverse.Topics, slots: make(chan struct{}, maxReplays), metrics: rm, stop: b.stateStop}
+	if b.sessions, err = state.Open(tc(b.cfg.State.SessionsTopic), b.log, hook.onChange); err != nil {
+		return fmt.Errorf("sessions: %w", err)
+	}
+	hook.table = b.sessions
 	b.sessionHook = hook
 	b.stateDone = make(chan struct{})
 	go func() {
