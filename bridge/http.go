@@ -61,10 +61,13 @@ func startHTTP(cfg HTTPConfig, log *slog.Logger, reg *prometheus.Registry, healt
 }
 
 func (h *httpServer) close(ctx context.Context) error {
-	err := h.srv.Shutdown(ctx)
-	<-h.done
-	if err != nil {
+	if err := h.srv.Shutdown(ctx); err != nil && ctx.Err() == nil {
+		<-h.done
 		return fmt.Errorf("http shutdown: %w", err)
 	}
+	// A request still open at the deadline (a scrape, a probe) is cut: the
+	// shutdown is bounded, and nothing an HTTP client was promised is lost.
+	_ = h.srv.Close()
+	<-h.done
 	return nil
 }
