@@ -268,7 +268,7 @@ func TestCleanStartEndsSessionEverywhere(t *testing.T) {
 		c.Disconnect(100)
 		clean := connectPaho(t, b.MQTTAddr(), id)
 		clean.Disconnect(100)
-		waitFor(t, 5*time.Second, "session record deleted", func() bool {
+		waitFor(t, 20*time.Second, "session record deleted", func() bool {
 			_, ok := readTable(t, ca.Kafka.Brokers, ca.State.SessionsTopic)[id]
 			return ok && readTable(t, ca.Kafka.Brokers, ca.State.SessionsTopic)[id] == nil
 		})
