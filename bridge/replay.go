@@ -11,7 +11,6 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -46,7 +45,7 @@ type replayer struct {
 	admin   *kadm.Client
 	reverse []string // reverse.topics: names and /regex/
 	slots   chan struct{}
-	metrics *replayMetrics
+	metrics *stateMetrics
 	stop    <-chan struct{}
 }
 
@@ -56,32 +55,6 @@ const maxReplays = 8
 // replayWindowV3 is how many replayed messages an MQTT 3.1.1 client (no
 // Receive Maximum) may have unacknowledged at once.
 const replayWindowV3 = 64
-
-type replayMetrics struct {
-	replayed *prometheus.CounterVec
-	first    prometheus.Histogram
-	duration prometheus.Histogram
-}
-
-func newReplayMetrics(reg prometheus.Registerer) (*replayMetrics, error) {
-	b := prometheus.ExponentialBuckets(0.001, 2, 16)
-	m := &replayMetrics{
-		replayed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_sessions_replayed_total",
-			Help: "Messages delivered from Kafka to resumed sessions, by kind (new: never acknowledged; duplicate: acknowledged before the session's last checkpoint was written)."}, []string{"kind"}),
-		first: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_sessions_replay_first_seconds",
-			Help: "From a resumed session's CONNACK to its first replayed message.", Buckets: b}),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_sessions_replay_seconds",
-			Help: "From a resumed session's CONNACK until its replay caught up and its subscriptions went live.", Buckets: b}),
-	}
-	m.replayed.WithLabelValues("new")
-	m.replayed.WithLabelValues("duplicate")
-	for _, c := range []prometheus.Collector{m.replayed, m.first, m.duration} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("replay metrics: %w", err)
-		}
-	}
-	return m, nil
-}
 
 // run replays o's queue and then makes its subscriptions live.
 // The caller has counted it in inj.replaying, before the client's first
@@ -123,7 +96,7 @@ func (r *replayer) run(o *ownedSession, connected time.Time) {
 	if ctx.Err() != nil {
 		return
 	}
-	r.metrics.duration.Observe(time.Since(connected).Seconds())
+	r.metrics.replayDuration.Observe(time.Since(connected).Seconds())
 }
 
 // replayRun is one session's replay.
@@ -365,7 +338,7 @@ func (rs *replayRun) deliver(ctx context.Context, rec *kgo.Record, hdrs []topicm
 	}
 	if !rs.first {
 		rs.first = true
-		rs.r.metrics.first.Observe(time.Since(rs.connected).Seconds())
+		rs.r.metrics.replayFirst.Observe(time.Since(rs.connected).Seconds())
 	}
 	return nil
 }

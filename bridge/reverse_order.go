@@ -18,7 +18,7 @@ import (
 // uint16(Created), the creation second (Inflight.GetAll, an unstable sort
 // over a map): messages created in the same second come back in random
 // order. This hook gives every QoS 1/2 delivery a sequence number when mochi
-// puts it in flight (OnQosPublish with DUP clear), the store persists it, and
+// puts it in flight (OnQosPublish with DUP clear), and
 // when a session resumes (OnSessionEstablish, before mochi copies and resends
 // the in-flight messages) it rewrites their Created fields to consecutive
 // seconds in sequence order, so that mochi's own sort yields that order; the
@@ -123,16 +123,6 @@ func (o *inflightOrder) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
 	o.gate.Unlock()
 }
 
-// seqOf is the delivery sequence of a client's in-flight packet (0: none).
-func (o *inflightOrder) seqOf(id string, pid uint16) uint64 {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if c := o.seqs[id]; c != nil {
-		return c.m[pid]
-	}
-	return 0
-}
-
 // last is the sequence of the latest delivery put in flight.
 func (o *inflightOrder) last() uint64 {
 	o.mu.Lock()
@@ -156,16 +146,6 @@ func (o *inflightOrder) oldestVolatile() uint64 {
 		}
 	}
 	return oldest
-}
-
-// restore records a stored sequence (at start, from the store).
-func (o *inflightOrder) restore(id string, pid uint16, seq uint64) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	c := o.client(id)
-	c.stored = true
-	c.m[pid] = seq
-	o.next = max(o.next, seq)
 }
 
 // OnSessionEstablish runs before mochi inherits an existing session: it

@@ -40,10 +40,6 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 	// its table is set before any client can connect.
 	hook := newSessionHook(b.log, b.server, nil, b.cfg.Instance.ID, b.cfg.Kafka.AckTimeout, sm)
 	hook.inj = new(injections)
-	rm, err := newReplayMetrics(b.reg)
-	if err != nil {
-		return err
-	}
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, sec...)...)
 	if err != nil {
 		return fmt.Errorf("replay admin client: %w", err)
@@ -52,7 +48,7 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 	b.stateStop = make(chan struct{})
 	hook.replays = &replayer{h: hook, log: b.log.With("component", "replay"), tm: b.tm,
 		opts: append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, sec...), admin: kadm.NewClient(cl),
-		reverse: b.cfg.Reverse.Topics, slots: make(chan struct{}, maxReplays), metrics: rm, stop: b.stateStop}
+		reverse: b.cfg.Reverse.Topics, slots: make(chan struct{}, maxReplays), metrics: sm, stop: b.stateStop}
 	if b.sessions, err = state.Open(tc(b.cfg.State.SessionsTopic), b.log, hook.onChange); err != nil {
 		return fmt.Errorf("sessions: %w", err)
 	}

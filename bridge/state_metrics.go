@@ -20,6 +20,9 @@ type stateMetrics struct {
 	repaired       prometheus.Counter
 	refused        prometheus.Counter
 	retainedWrites *prometheus.CounterVec
+	replayed       *prometheus.CounterVec
+	replayFirst    prometheus.Histogram
+	replayDuration prometheus.Histogram
 }
 
 func newStateMetrics(reg prometheus.Registerer) (*stateMetrics, error) {
@@ -43,13 +46,22 @@ func newStateMetrics(reg prometheus.Registerer) (*stateMetrics, error) {
 			Help: "CONNECTs refused (Server unavailable) because the session could not be read or claimed in Kafka."}),
 		retainedWrites: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_state_retained_writes_total",
 			Help: "Retained-message changes written to the retained topic, by result (ok, error)."}, []string{"result"}),
+		replayed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_sessions_replayed_total",
+			Help: "Messages delivered from Kafka to resumed sessions, by kind (new: never acknowledged; duplicate: acknowledged before the session's last checkpoint was written)."}, []string{"kind"}),
+		replayFirst: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_sessions_replay_first_seconds",
+			Help: "From a resumed session's CONNACK to its first replayed message.", Buckets: latency}),
+		replayDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_sessions_replay_seconds",
+			Help: "From a resumed session's CONNACK until its replay caught up and its subscriptions went live.", Buckets: latency}),
 	}
 	for _, r := range []string{"ok", "error"} {
 		m.writes.WithLabelValues(r)
 		m.retainedWrites.WithLabelValues(r)
 	}
+	for _, k := range []string{"new", "duplicate"} {
+		m.replayed.WithLabelValues(k)
+	}
 	for _, c := range []prometheus.Collector{m.writes, m.writeSeconds, m.connectWrite, m.subscribeWrite, m.resumed,
-		m.takenOver, m.repaired, m.refused, m.retainedWrites} {
+		m.takenOver, m.repaired, m.refused, m.retainedWrites, m.replayed, m.replayFirst, m.replayDuration} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("state metrics: %w", err)
 		}
