@@ -98,7 +98,7 @@ func (h *sessionHook) ID() string { return "ferry-sessions" }
 func (h *sessionHook) Provides(b byte) bool {
 	switch b {
 	case mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnSubscribed, mqtt.OnUnsubscribed,
-		mqtt.OnDisconnect, mqtt.OnClientExpired, mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped:
+		mqtt.OnDisconnect, mqtt.OnClientExpired, mqtt.OnQosPublish, mqtt.OnPacketRead, mqtt.OnQosDropped:
 		return true
 	}
 	return false
@@ -346,18 +346,28 @@ func (h *sessionHook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, 
 	}
 }
 
-// OnQosComplete records the acknowledgement of a delivery.
-func (h *sessionHook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
-	if pk.FixedHeader.Type != packets.Publish {
-		return // an inbound QoS 2 publish's PUBREL
+// OnPacketRead records the client's acknowledgement of a delivery: its
+// PUBACK (QoS 1) or PUBCOMP (QoS 2). Not OnQosComplete: mochi passes it a
+// PUBACK both for a delivery the client acknowledged and for an inbound
+// QoS 1 publish it acknowledged itself, whose packet id is the client's
+// and may equal a pending delivery's.
+func (h *sessionHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if t := pk.FixedHeader.Type; t == packets.Puback || t == packets.Pubcomp {
+		h.acked(cl, pk.PacketID)
 	}
-	if o := h.ownedBy(cl); o != nil && o.pos != nil {
-		o.pos.acked(pk.PacketID)
-	}
+	return pk, nil
 }
 
 // OnQosDropped: mochi gave up a delivery (expired): not redelivered either.
-func (h *sessionHook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) { h.OnQosComplete(cl, pk) }
+func (h *sessionHook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
+	h.acked(cl, pk.PacketID)
+}
+
+func (h *sessionHook) acked(cl *mqtt.Client, pid uint16) {
+	if o := h.ownedBy(cl); o != nil && o.pos != nil {
+		o.pos.acked(pid)
+	}
+}
 
 // OnClientExpired ends an offline session this instance owns.
 func (h *sessionHook) OnClientExpired(cl *mqtt.Client) {
