@@ -59,6 +59,19 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 		defer close(b.stateDone)
 		hook.checkpoints(b.stateStop)
 	}()
+	// Wills of dead instances' clients (wills.go): liveness from the
+	// heartbeats the instance check reads.
+	b.wills = newWillKeeper(b.log, b.cfg.Instance.ID, b.instance.start, b.cfg.State.InstanceLapse, b.cfg.Kafka.AckTimeout, sm, b.stateStop)
+	b.wills.table = b.sessions
+	b.wills.publish = b.hook.publishWill
+	hook.wills = b.wills
+	b.instance.setBeats(b.wills.beat)
+	b.willsDone = make(chan struct{})
+	go func() {
+		defer close(b.willsDone)
+		b.wills.run()
+		b.wills.wait()
+	}()
 	if err := registerSessionGauges(b.reg, b.sessions); err != nil {
 		return err
 	}
@@ -89,6 +102,9 @@ func (b *Bridge) closeState() {
 	if b.stateStop != nil {
 		close(b.stateStop)
 		<-b.stateDone
+		if b.willsDone != nil {
+			<-b.willsDone
+		}
 	}
 	if b.stateAdmin != nil {
 		b.stateAdmin.Close()
