@@ -265,3 +265,64 @@ func TestWillOfKilledInstanceKill9(t *testing.T) {
 		t.Fatalf(`ferry_wills_published_total{reason="dead_instance"} on b and c: %v, want 2`, total)
 	}
 }
+
+// TestWillOfRestartedInstance: instance a (cmd/bridge) is killed (-9) and
+// restarted with the same instance id before its heartbeat lapses, so b
+// never counts it dead. The restarted a publishes the Will of the client
+// its dead run held, once (b publishes none).
+func TestWillOfRestartedInstance(t *testing.T) {
+	fake, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fake.Close)
+	brokers := strings.Join(fake.ListenAddrs(), ",")
+	const lapse = 10 * time.Second // longer than a restart takes
+	cb := testConfig(brokers)
+	for _, kv := range stateEnv(t) {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "FERRY_STATE_SESSIONS_TOPIC":
+			cb.State.SessionsTopic = v
+		case "FERRY_STATE_RETAINED_TOPIC":
+			cb.State.RetainedTopic = v
+		}
+	}
+	cb.State.HeartbeatInterval, cb.State.InstanceLapse = testBeat, lapse
+	// The restarted a publishes the Will: it reaches b's subscriber through
+	// Kafka (b's reverse path).
+	base := "will/" + randHex(4)
+	kt, err := topicmap.EncodeTopic(base + "/r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kafkatest.CreateTopic(t, brokers, kt, 1, nil)
+	cb.Reverse.Topics, cb.Reverse.StartOffset = []string{kt}, "earliest"
+	b := startBridge(t, cb)
+	env := append(willEnv(brokers, "a"), "FERRY_STATE_INSTANCE_LAPSE="+lapse.String())
+	a := startFerry(t, "a", "", env...)
+
+	in := subscribeWills(t, b.MQTTAddr(), base+"/#")
+	id := "r-" + randHex(3)
+	connectWithWill(t, a.MQTTAddr, id, true, base+"/r", "gone r")
+	waitFor(t, 10*time.Second, "b reads a's claim", func() bool {
+		s := b.sessionHook.lookup(id)
+		return s != nil && s.Connected
+	})
+	a.kill9()
+	killed := time.Now()
+	a.start() // same instance id
+	waitFor(t, lapse, "the Will on b, before a's lapse", func() bool { return in.count(base+"/r") > 0 })
+	t.Logf("Will on b %s after the kill (a restarted; lapse %s)", time.Since(killed).Round(time.Millisecond), lapse)
+	if n := a.metric(`ferry_wills_published_total{reason="dead_instance"}`); n != 1 {
+		t.Fatalf(`restarted a: ferry_wills_published_total{reason="dead_instance"} = %v, want 1`, n)
+	}
+	noMore(t, in, map[string]int{base + "/r": 1}, 2*time.Second)
+	var m dto.Metric
+	if err := b.wills.metrics.wills.WithLabelValues("dead_instance").Write(&m); err != nil || m.GetCounter().GetValue() != 0 {
+		t.Fatalf(`b: ferry_wills_published_total{reason="dead_instance"} = %v (%v), want 0`, m.GetCounter().GetValue(), err)
+	}
+	if s := sessionIn(t, readTable(t, cb.Kafka.Brokers, cb.State.SessionsTopic), id); s != nil {
+		t.Fatalf("clean session's record after its Will: %+v, want deleted", s)
+	}
+}
