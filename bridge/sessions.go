@@ -49,6 +49,12 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 	hook.replays = &replayer{h: hook, log: b.log.With("component", "replay"), tm: b.tm,
 		opts: append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, sec...), admin: kadm.NewClient(cl),
 		reverse: b.cfg.Reverse.Topics, slots: make(chan struct{}, maxReplays), metrics: sm, stop: b.stateStop}
+	// Wills of dead instances' clients (wills.go): liveness from the
+	// heartbeats the instance check reads; it sees every session record
+	// (hook.onChange) from the first.
+	b.wills = newWillKeeper(b.log, b.cfg.Instance.ID, b.instance.start, b.cfg.State.InstanceLapse, b.cfg.Kafka.AckTimeout, sm, b.stateStop)
+	b.wills.publish = b.hook.publishWill
+	hook.wills = b.wills
 	if b.sessions, err = state.Open(tc(b.cfg.State.SessionsTopic), b.log, hook.onChange); err != nil {
 		return fmt.Errorf("sessions: %w", err)
 	}
@@ -59,12 +65,7 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 		defer close(b.stateDone)
 		hook.checkpoints(b.stateStop)
 	}()
-	// Wills of dead instances' clients (wills.go): liveness from the
-	// heartbeats the instance check reads.
-	b.wills = newWillKeeper(b.log, b.cfg.Instance.ID, b.instance.start, b.cfg.State.InstanceLapse, b.cfg.Kafka.AckTimeout, sm, b.stateStop)
 	b.wills.table = b.sessions
-	b.wills.publish = b.hook.publishWill
-	hook.wills = b.wills
 	b.instance.setBeats(b.wills.beat)
 	b.willsDone = make(chan struct{})
 	go func() {

@@ -71,7 +71,14 @@ type willKeeper struct {
 	ownFirst time.Time // first own heartbeat read back
 	ownLast  time.Time
 	pending  map[string]*pendingWill
-	handled  map[string]int64 // client id -> epoch of the fence this instance wrote
+	handled  map[string]int64   // client id -> epoch of the fence this instance wrote
+	conn     map[string]connRef // sessions marked connected, as read (saw)
+}
+
+// connRef is who holds a session marked connected.
+type connRef struct {
+	owner string
+	epoch int64
 }
 
 // instanceBeat is the last heartbeat read of one instance.
@@ -98,7 +105,8 @@ func newWillKeeper(log *slog.Logger, id string, start time.Time, lapse, timeout 
 	stop <-chan struct{}) *willKeeper {
 	return &willKeeper{log: log.With("component", "wills"), id: id, start: start, lapse: lapse, timeout: timeout,
 		metrics: m, slots: make(chan struct{}, maxWillWorkers), stop: stop,
-		beats: make(map[string]instanceBeat), pending: make(map[string]*pendingWill), handled: make(map[string]int64)}
+		beats: make(map[string]instanceBeat), pending: make(map[string]*pendingWill), handled: make(map[string]int64),
+		conn: make(map[string]connRef)}
 }
 
 // beat records a heartbeat read from _ferry_instances (instanceCheck's
@@ -178,47 +186,50 @@ func (w *willKeeper) scan(now time.Time) {
 			live = append(live, id)
 		}
 	}
-	w.mu.Unlock()
 	slices.Sort(live)
-	w.table.Each(func(k string, v []byte) {
-		rec, err := state.DecodeSession(v)
-		if err != nil || !rec.Connected {
-			return
-		}
-		w.mu.Lock()
-		defer w.mu.Unlock()
+	for k, c := range w.conn {
 		var since time.Time
 		switch {
-		case w.pending[k] != nil || w.handled[k] > rec.Epoch:
-			return
-		case rec.Owner == w.id:
-			if rec.Epoch >= w.start.UnixMilli() {
-				return // this run's own connection
+		case w.pending[k] != nil || w.handled[k] > c.epoch:
+			continue
+		case c.owner == w.id:
+			if c.epoch >= w.start.UnixMilli() {
+				continue // this run's own connection
 			}
 			since = w.start // a dead run of this instance
-		case w.alive(rec.Owner, now):
-			return
+		case w.alive(c.owner, now):
+			continue
 		case chooseInstance(k, live) != w.id:
-			return
+			continue
 		default:
-			since = w.lastHeard(rec.Owner)
+			since = w.lastHeard(c.owner)
 		}
-		p := &pendingWill{epoch: rec.Epoch, owner: rec.Owner, mine: make(chan struct{}), cancel: make(chan struct{})}
+		p := &pendingWill{epoch: c.epoch, owner: c.owner, mine: make(chan struct{}), cancel: make(chan struct{})}
 		w.pending[k] = p
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
-			w.handle(rec, since, p)
+			w.handle(k, since, p)
 		}()
-	})
+	}
+	w.mu.Unlock()
 }
 
 // saw sees every record of the sessions table as it is read (the table's
-// reader goroutine, in log order): it tells a pending session whether its
-// fence or someone else's record came first.
+// reader goroutine, in log order): it keeps the index of connected
+// sessions, and tells a pending session whether its fence or someone
+// else's record came first.
 func (w *willKeeper) saw(k string, rec *state.Session) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if rec != nil && rec.Connected {
+		w.conn[k] = connRef{owner: rec.Owner, epoch: rec.Epoch}
+	} else {
+		delete(w.conn, k)
+	}
+	if e, ok := w.handled[k]; ok && (rec == nil || rec.Epoch > e) {
+		delete(w.handled, k) // the session moved on (reconnected, or ended)
+	}
 	p := w.pending[k]
 	if p == nil {
 		return
@@ -240,8 +251,7 @@ func (w *willKeeper) saw(k string, rec *state.Session) {
 }
 
 // handle fences one dead owner's session and publishes its Will.
-func (w *willKeeper) handle(rec *state.Session, since time.Time, p *pendingWill) {
-	k := rec.Client
+func (w *willKeeper) handle(k string, since time.Time, p *pendingWill) {
 	defer func() {
 		w.mu.Lock()
 		if w.pending[k] == p {
@@ -255,8 +265,9 @@ func (w *willKeeper) handle(rec *state.Session, since time.Time, p *pendingWill)
 	case <-w.stop:
 		return
 	}
-	log := w.log.With("client", k, "owner", rec.Owner, "epoch", rec.Epoch)
-	if !w.fence(rec, p, log) {
+	log := w.log.With("client", k, "owner", p.owner, "epoch", p.epoch)
+	rec := w.fence(k, p, log)
+	if rec == nil {
 		return
 	}
 	var will mqtt.Will
@@ -299,45 +310,46 @@ func (w *willKeeper) handle(rec *state.Session, since time.Time, p *pendingWill)
 }
 
 // fence writes the record that ends the dead owner's connection and waits
-// to read it back before anything else of the session; false: someone else
+// to read it back before anything else of the session; it returns the
+// record it fenced, or nil: someone else
 // acts, the record changed, or Kafka failed (the next scan tries again).
-func (w *willKeeper) fence(rec *state.Session, p *pendingWill, log *slog.Logger) bool {
+func (w *willKeeper) fence(k string, p *pendingWill, log *slog.Logger) *state.Session {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*w.timeout)
 	defer cancel()
 	if err := w.table.Sync(ctx); err != nil {
 		log.Debug("dead owner's session: table not read to its end", "err", err)
-		return false
+		return nil
 	}
-	cur := w.lookup(rec.Client)
-	if cur == nil || !cur.Connected || cur.Owner != rec.Owner || cur.Epoch != rec.Epoch {
-		return false
+	cur := w.lookup(k)
+	if cur == nil || !cur.Connected || cur.Owner != p.owner || cur.Epoch != p.epoch {
+		return nil
 	}
 	f := *cur
 	f.Connected, f.Disconnected, f.Epoch, f.WillBy = false, time.Now().UnixMilli(), cur.Epoch+1, w.id
 	v, err := f.Encode()
 	if err != nil {
-		return false
+		return nil
 	}
-	if err := w.table.Put(ctx, rec.Client, v); err != nil {
+	if err := w.table.Put(ctx, k, v); err != nil {
 		log.Warn("dead owner's session: fence not written (retried)", "err", err)
-		return false
+		return nil
 	}
 	select {
 	case <-p.mine:
 	case <-p.cancel:
 		log.Debug("dead owner's session: another record came first (client back, or another instance acts)")
-		return false
+		return nil
 	case <-ctx.Done():
 		log.Warn("dead owner's session: own fence not read back (retried)")
-		return false
+		return nil
 	case <-w.stop:
-		return false
+		return nil
 	}
 	w.mu.Lock()
-	w.handled[rec.Client] = f.Epoch
+	w.handled[k] = f.Epoch
 	w.mu.Unlock()
 	log.Debug("dead owner's session fenced", "fence_epoch", f.Epoch)
-	return true
+	return cur
 }
 
 func (w *willKeeper) lookup(k string) *state.Session {
