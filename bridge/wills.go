@@ -237,6 +237,7 @@ func (w *willKeeper) saw(k string, rec *state.Session) {
 	fence := rec != nil && rec.WillBy != "" && !rec.Connected && rec.Epoch == p.epoch+1
 	owners := rec != nil && rec.Owner == p.owner && rec.Epoch == p.epoch && rec.Connected
 	switch {
+	case p.cancelled:
 	case fence && rec.WillBy == w.id && !p.mineSeen:
 		p.mineSeen = true
 		close(p.mine)
@@ -244,7 +245,7 @@ func (w *willKeeper) saw(k string, rec *state.Session) {
 		// Another survivor's fence after ours: it gives up.
 	case owners && !p.mineSeen:
 		// The dead owner's own record, before our fence.
-	case !p.cancelled:
+	default:
 		p.cancelled = true
 		close(p.cancel)
 	}
@@ -290,16 +291,18 @@ func (w *willKeeper) handle(k string, since time.Time, p *pendingWill) {
 			log.Warn("Will not published: this instance is stopping within the client's Will Delay Interval")
 			return
 		}
+		if w.isCancelled(p) { // a select picks any ready case
+			log.Debug("Will not published: the client is back")
+			return
+		}
 		w.publish(k, rec.ProtocolVersion, will)
 		w.metrics.wills.WithLabelValues("dead_instance").Inc()
 		log.Info("published the Will of a client whose instance is gone", "topic", will.TopicName,
 			"silent_for", time.Since(since).Round(time.Millisecond))
 	}
 	if rec.Clean || rec.Expiry == 0 {
-		select {
-		case <-p.cancel:
+		if w.isCancelled(p) {
 			return
-		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
 		defer cancel()
@@ -336,6 +339,8 @@ func (w *willKeeper) fence(k string, p *pendingWill, log *slog.Logger) *state.Se
 	}
 	select {
 	case <-p.mine:
+		// Closed only while not cancelled; a cancel after it is seen by
+		// the caller.
 	case <-p.cancel:
 		log.Debug("dead owner's session: another record came first (client back, or another instance acts)")
 		return nil
@@ -350,6 +355,12 @@ func (w *willKeeper) fence(k string, p *pendingWill, log *slog.Logger) *state.Se
 	w.mu.Unlock()
 	log.Debug("dead owner's session fenced", "fence_epoch", f.Epoch)
 	return cur
+}
+
+func (w *willKeeper) isCancelled(p *pendingWill) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return p.cancelled
 }
 
 func (w *willKeeper) lookup(k string) *state.Session {
