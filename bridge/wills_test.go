@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"testing"
@@ -342,5 +343,51 @@ func TestWillOfRestartedInstance(t *testing.T) {
 	}
 	if s := sessionIn(t, readTable(t, cb.Kafka.Brokers, cb.State.SessionsTopic), id); s != nil {
 		t.Fatalf("clean session's record after its Will: %+v, want deleted", s)
+	}
+}
+
+// TestWillOfSilentInstanceDropsItsClient: instance a stops heartbeating
+// but keeps serving (as if cut off from the heartbeats only). b publishes
+// the Will of a's client once the lapse passed, and a, reading b's fence,
+// disconnects that client: no client stays served after its Will was
+// published.
+func TestWillOfSilentInstanceDropsItsClient(t *testing.T) {
+	fake, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fake.Close)
+	brokers := strings.Join(fake.ListenAddrs(), ",")
+	ca, cb := testConfig(brokers), testConfig(brokers)
+	cb.State.SessionsTopic, cb.State.RetainedTopic = ca.State.SessionsTopic, ca.State.RetainedTopic
+	for _, c := range []*Config{&ca, &cb} {
+		c.State.HeartbeatInterval, c.State.InstanceLapse = testBeat, testLapse
+	}
+	a, b := startBridge(t, ca), startBridge(t, cb)
+	base := "will/" + randHex(4)
+	in := subscribeWills(t, b.MQTTAddr(), base+"/#")
+	id := "s-" + randHex(3)
+	lost := make(chan struct{})
+	connectPaho(t, a.MQTTAddr(), id, func(o *pahov3.ClientOptions) {
+		o.SetCleanSession(true).SetWill(base+"/s", "gone s", 1, false).SetKeepAlive(30 * time.Second).
+			SetConnectionLostHandler(func(pahov3.Client, error) { close(lost) })
+	})
+	waitFor(t, 10*time.Second, "b reads a's claim", func() bool {
+		s := b.sessionHook.lookup(id)
+		return s != nil && s.Connected
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.instance.Close(ctx); err != nil { // a's heartbeats stop; its broker serves on
+		t.Fatal(err)
+	}
+	waitFor(t, testLapse+10*time.Second, "the Will on b", func() bool { return in.count(base+"/s") > 0 })
+	select {
+	case <-lost:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a still serves the client 10 s after b published its Will")
+	}
+	if n := willsPublished(t, b); n != 1 {
+		t.Fatalf(`b: ferry_wills_published_total{reason="dead_instance"} = %v, want 1`, n)
 	}
 }
