@@ -69,6 +69,7 @@ type instanceCheck struct {
 	gauge       prometheus.Gauge
 	start       time.Time
 	every       time.Duration
+	sessions    string // state.sessions_topic, in the heartbeat
 	// beats, once set (setBeats), sees every heartbeat read (reader
 	// goroutine): own is true for this run's own.
 	beats atomic.Pointer[func(id string, hb heartbeat, own bool)]
@@ -93,6 +94,10 @@ type heartbeat struct {
 	// Stopped marks the last heartbeat of a graceful stop, written after
 	// the broker closed its connections: the instance is gone at once.
 	Stopped bool `json:"stopped,omitempty"`
+	// Sessions is the instance's state.sessions_topic: the instances that
+	// share it (one cluster) choose among themselves who publishes a dead
+	// member's Wills; several clusters may share one Kafka.
+	Sessions string `json:"sessions,omitempty"`
 }
 
 // newInstanceCheck builds the check; Run starts it.
@@ -110,8 +115,8 @@ func newInstanceCheck(cfg Config, log *slog.Logger, reg prometheus.Registerer, c
 		every = instanceHeartbeat
 	}
 	c := &instanceCheck{
-		every: every,
-		id:    cfg.Instance.ID, nonce: hex.EncodeToString(nonce), log: log.With("component", "instance-check"),
+		every: every, sessions: cfg.State.SessionsTopic,
+		id: cfg.Instance.ID, nonce: hex.EncodeToString(nonce), log: log.With("component", "instance-check"),
 		client: client, replication: cfg.Kafka.ReplicationFactor, start: time.Now(), stop: make(chan struct{}), done: make(chan struct{}),
 		gauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_instance_id_duplicate",
 			Help: "1 while another running process uses this instance.id (see /readyz)."}),
@@ -246,7 +251,7 @@ func (c *instanceCheck) createTopic(ctx context.Context) error {
 // announce appends a heartbeat now and every instanceHeartbeat.
 func (c *instanceCheck) announce(ctx context.Context, cl *kgo.Client) {
 	host, _ := os.Hostname()
-	value, err := json.Marshal(heartbeat{Nonce: c.nonce, Host: host, PID: os.Getpid(), Started: c.start})
+	value, err := json.Marshal(heartbeat{Nonce: c.nonce, Host: host, PID: os.Getpid(), Started: c.start, Sessions: c.sessions})
 	if err != nil {
 		c.log.Error("encoding heartbeat", "err", err)
 		return
@@ -288,7 +293,7 @@ func (c *instanceCheck) announce(ctx context.Context, cl *kgo.Client) {
 // instanceFinalWait: a Kafka that does not answer gets none.
 func (c *instanceCheck) final(cl *kgo.Client) {
 	host, _ := os.Hostname()
-	value, err := json.Marshal(heartbeat{Nonce: c.nonce, Host: host, PID: os.Getpid(), Started: c.start, Stopped: true})
+	value, err := json.Marshal(heartbeat{Nonce: c.nonce, Host: host, PID: os.Getpid(), Started: c.start, Stopped: true, Sessions: c.sessions})
 	if err != nil {
 		return
 	}

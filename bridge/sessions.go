@@ -52,7 +52,7 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 	// Wills of dead instances' clients (wills.go): liveness from the
 	// heartbeats the instance check reads; it sees every session record
 	// (hook.onChange) from the first.
-	b.wills = newWillKeeper(b.log, b.cfg.Instance.ID, b.instance.start, b.cfg.State.InstanceLapse, b.cfg.Kafka.AckTimeout, sm, b.stateStop)
+	b.wills = newWillKeeper(b.log, b.cfg.Instance.ID, b.cfg.State.SessionsTopic, b.instance.start, b.cfg.State.InstanceLapse, b.cfg.Kafka.AckTimeout, sm, b.stateStop)
 	b.wills.publish = b.hook.publishWill
 	hook.wills = b.wills
 	if b.sessions, err = state.Open(tc(b.cfg.State.SessionsTopic), b.log, hook.onChange); err != nil {

@@ -33,8 +33,10 @@ import (
 //
 // For each connected session of a dead owner, one survivor acts: the one
 // that rendezvous hashing of the client id picks among the live instances
-// (every survivor computes the same choice from the same heartbeats; when
-// two briefly disagree, the fence below keeps one). It
+// of this cluster (heartbeats naming the same sessions topic: several
+// clusters may share one Kafka; every survivor computes the same choice
+// from the same heartbeats; when two briefly disagree, the fence below
+// keeps one). It
 //  1. reads the table to its end and checks the record is unchanged;
 //  2. writes a fence: the record with Connected false, Disconnected now,
 //     Epoch one past the dead owner's and WillBy = itself. A reconnecting
@@ -54,17 +56,18 @@ import (
 // before it started, and still marked connected, the same way (its dead
 // run's clients), without waiting for a lapse.
 type willKeeper struct {
-	log     *slog.Logger
-	id      string
-	start   time.Time // this run's start: own claims before it are a dead run's
-	lapse   time.Duration
-	timeout time.Duration // one table write
-	table   *state.Table
-	publish func(client string, protocol byte, w mqtt.Will)
-	metrics *stateMetrics
-	slots   chan struct{}
-	stop    <-chan struct{}
-	wg      sync.WaitGroup
+	log      *slog.Logger
+	id       string
+	sessions string    // this cluster's sessions topic
+	start    time.Time // this run's start: own claims before it are a dead run's
+	lapse    time.Duration
+	timeout  time.Duration // one table write
+	table    *state.Table
+	publish  func(client string, protocol byte, w mqtt.Will)
+	metrics  *stateMetrics
+	slots    chan struct{}
+	stop     <-chan struct{}
+	wg       sync.WaitGroup
 
 	mu       sync.Mutex
 	beats    map[string]instanceBeat
@@ -83,8 +86,9 @@ type connRef struct {
 
 // instanceBeat is the last heartbeat read of one instance.
 type instanceBeat struct {
-	at      time.Time // when it was read, on this instance's clock
-	stopped bool
+	at       time.Time // when it was read, on this instance's clock
+	stopped  bool
+	sessions string // its sessions topic ("" from a version that does not say)
 }
 
 // pendingWill is a dead owner's session this instance is acting on.
@@ -101,9 +105,9 @@ type pendingWill struct {
 // table writes).
 const maxWillWorkers = 16
 
-func newWillKeeper(log *slog.Logger, id string, start time.Time, lapse, timeout time.Duration, m *stateMetrics,
+func newWillKeeper(log *slog.Logger, id, sessions string, start time.Time, lapse, timeout time.Duration, m *stateMetrics,
 	stop <-chan struct{}) *willKeeper {
-	return &willKeeper{log: log.With("component", "wills"), id: id, start: start, lapse: lapse, timeout: timeout,
+	return &willKeeper{log: log.With("component", "wills"), id: id, sessions: sessions, start: start, lapse: lapse, timeout: timeout,
 		metrics: m, slots: make(chan struct{}, maxWillWorkers), stop: stop,
 		beats: make(map[string]instanceBeat), pending: make(map[string]*pendingWill), handled: make(map[string]int64),
 		conn: make(map[string]connRef)}
@@ -115,7 +119,7 @@ func (w *willKeeper) beat(id string, hb heartbeat, own bool) {
 	now := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.beats[id] = instanceBeat{at: now, stopped: hb.Stopped}
+	w.beats[id] = instanceBeat{at: now, stopped: hb.Stopped, sessions: hb.Sessions}
 	if own && !hb.Stopped {
 		if w.ownFirst.IsZero() {
 			w.ownFirst = now
@@ -180,9 +184,11 @@ func (w *willKeeper) scan(now time.Time) {
 		w.mu.Unlock()
 		return
 	}
+	// The candidates: live instances of this cluster (same sessions
+	// topic). Liveness itself counts any heartbeat of an id.
 	live := []string{w.id}
-	for id := range w.beats {
-		if id != w.id && w.alive(id, now) {
+	for id, b := range w.beats {
+		if id != w.id && b.sessions == w.sessions && w.alive(id, now) {
 			live = append(live, id)
 		}
 	}

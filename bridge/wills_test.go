@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -159,11 +160,21 @@ func TestWillOfKilledInstance(t *testing.T) {
 	}
 	cb.State.HeartbeatInterval, cb.State.InstanceLapse = testBeat, testLapse
 	b := startBridge(t, cb)
+	// x is of another cluster on the same Kafka (its own sessions topic):
+	// alive, but never a candidate for a's Wills.
+	cx := testConfig(brokers)
+	cx.State.HeartbeatInterval, cx.State.InstanceLapse = testBeat, testLapse
+	startBridge(t, cx)
 	a := startFerry(t, "a", "", willEnv(brokers, "a")...)
 
 	base := "will/" + randHex(4)
 	in := subscribeWills(t, b.MQTTAddr(), base+"/#")
-	ids := map[string]string{"clean": "c-" + randHex(3), "persistent": "p-" + randHex(3), "v5": "v-" + randHex(3)}
+	ids := map[string]string{"persistent": "p-" + randHex(3), "v5": "v-" + randHex(3)}
+	for i := 0; ids["clean"] == ""; i++ { // one x would be chosen for if it were a candidate
+		if id := fmt.Sprintf("c-%d-%s", i, randHex(3)); chooseInstance(id, []string{cb.Instance.ID, cx.Instance.ID}) == cx.Instance.ID {
+			ids["clean"] = id
+		}
+	}
 	connectWithWill(t, a.MQTTAddr, ids["clean"], true, base+"/clean", "gone clean")
 	connectWithWill(t, a.MQTTAddr, ids["persistent"], false, base+"/persistent", "gone persistent")
 	connectV5WithWill(t, a.MQTTAddr, ids["v5"], base+"/v5", "gone v5", 5)
@@ -236,8 +247,21 @@ func TestWillOfKilledInstanceKill9(t *testing.T) {
 			"FERRY_REVERSE_START_OFFSET=earliest")
 	}
 	a := startFerry(t, "a", "", env("a")...)
-	b := startFerry(t, "b", "", env("b")...)
-	c := startFerry(t, "c", "", env("c")...)
+	b := startFerry(t, "b", "", append(env("b"), "FERRY_LOG_LEVEL=debug")...)
+	c := startFerry(t, "c", "", append(env("c"), "FERRY_LOG_LEVEL=debug")...)
+	defer func() {
+		if t.Failed() {
+			for _, p := range []*ferryProcess{b, c} {
+				var lines []string
+				for _, l := range strings.Split(p.stderr.String(), "\n") {
+					if strings.Contains(l, "component=wills") || strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+						lines = append(lines, l)
+					}
+				}
+				t.Logf("%s's log (wills, warnings):\n%s", p.name, strings.Join(lines, "\n"))
+			}
+		}
+	}()
 
 	in := subscribeWills(t, b.MQTTAddr, base+"/#")
 	backID, v3ID, v5ID := "back-"+randHex(3), "v3-"+randHex(3), "v5-"+randHex(3)

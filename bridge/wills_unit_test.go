@@ -38,7 +38,7 @@ func TestChooseInstanceRendezvous(t *testing.T) {
 // read before any other record of the client; the dead owner's own late
 // records before it do not count, any other record does.
 func TestWillFenceOrder(t *testing.T) {
-	w := newWillKeeper(slog.New(slog.DiscardHandler), "me", time.Now(), 2*time.Second, time.Second, nil, nil)
+	w := newWillKeeper(slog.New(slog.DiscardHandler), "me", "s", time.Now(), 2*time.Second, time.Second, nil, nil)
 	start := func() *pendingWill {
 		p := &pendingWill{epoch: 10, owner: "dead", mine: make(chan struct{}), cancel: make(chan struct{})}
 		w.pending["k"] = p
