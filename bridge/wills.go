@@ -266,14 +266,16 @@ func (w *willKeeper) handle(k string, since time.Time, p *pendingWill) {
 		}
 		w.mu.Unlock()
 	}()
+	// A slot for the table writes only: a long Will Delay Interval holds
+	// none.
 	select {
 	case w.slots <- struct{}{}:
-		defer func() { <-w.slots }()
 	case <-w.stop:
 		return
 	}
 	log := w.log.With("client", k, "owner", p.owner, "epoch", p.epoch)
 	rec := w.fence(k, p, log)
+	<-w.slots
 	if rec == nil {
 		return
 	}
@@ -320,8 +322,8 @@ func (w *willKeeper) handle(k string, since time.Time, p *pendingWill) {
 
 // fence writes the record that ends the dead owner's connection and waits
 // to read it back before anything else of the session; it returns the
-// record it fenced, or nil: someone else
-// acts, the record changed, or Kafka failed (the next scan tries again).
+// record it fenced, or nil: someone else acts, the record changed, or Kafka
+// failed (the next scan tries again, unless the fence was written).
 func (w *willKeeper) fence(k string, p *pendingWill, log *slog.Logger) *state.Session {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*w.timeout)
 	defer cancel()
