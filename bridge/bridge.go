@@ -39,6 +39,8 @@ type Bridge struct {
 
 	server      *mqtt.Server
 	hook        *hook
+	wills       *willKeeper
+	willsDone   chan struct{}
 	ring        *ringbuffer.Ring[*record]
 	tm          *topicmap.Map
 	kclient     *kafka.Client
@@ -409,11 +411,6 @@ func (b *Bridge) shutdown() error {
 			b.watchCancel()
 			<-b.watchDone
 		}
-		if b.instance != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			errs = append(errs, b.instance.Close(ctx))
-			cancel()
-		}
 		if b.reverseCancel != nil {
 			b.reverseCancel()
 		}
@@ -432,6 +429,24 @@ func (b *Bridge) shutdown() error {
 			if err := b.server.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("mqtt close: %w", err))
 			}
+		}
+		if b.sessions != nil {
+			// The session ends the broker just wrote (tombstones of clean
+			// sessions are not awaited) go before the last heartbeat: an
+			// instance that reads it and then the sessions topic finds
+			// none of them still connected.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			if err := b.sessions.Flush(ctx); err != nil {
+				b.log.Debug("session writes not flushed at stop", "err", err)
+			}
+			cancel()
+		}
+		if b.instance != nil {
+			// After the broker: the heartbeat lasts while clients are
+			// connected, and its last one says the instance stopped.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			errs = append(errs, b.instance.Close(ctx))
+			cancel()
 		}
 		b.closeState() // after the broker: its last session writes
 		if b.reverse != nil {

@@ -236,6 +236,14 @@ type StateConfig struct {
 	// as Mosquitto's max_queued_messages does. 0: no cap, Kafka's retention
 	// bounds the queue. Default: 0.
 	MaxQueued int `mapstructure:"max_queued" yaml:"max_queued"`
+	// HeartbeatInterval is how often the instance appends its heartbeat
+	// to _ferry_instances. Default: 2s.
+	HeartbeatInterval time.Duration `mapstructure:"heartbeat_interval" yaml:"heartbeat_interval"`
+	// InstanceLapse: an instance whose heartbeat has not been read for this
+	// long is dead, and a surviving instance publishes the Wills of the
+	// clients it held (docs/sessions.md). Must exceed 2x HeartbeatInterval.
+	// Default: 10s.
+	InstanceLapse time.Duration `mapstructure:"instance_lapse" yaml:"instance_lapse"`
 }
 
 // HTTPConfig configures /metrics, /healthz and /readyz.
@@ -282,9 +290,10 @@ func DefaultConfig() Config {
 		Ring:    RingConfig{Capacity: 1 << 16, QoS0Policy: "drop-newest"},
 		Topics:  topicmap.DefaultConfig(),
 		Reverse: ReverseConfig{StartOffset: "latest", Refresh: 3 * time.Second, SkipOwn: true},
-		State:   StateConfig{SessionsTopic: "_ferry_sessions", RetainedTopic: "_ferry_retained", Partitions: 8},
-		HTTP:    HTTPConfig{Listen: "127.0.0.1:8080"},
-		Log:     LogConfig{Level: "info", Format: "text"},
+		State: StateConfig{SessionsTopic: "_ferry_sessions", RetainedTopic: "_ferry_retained", Partitions: 8,
+			HeartbeatInterval: instanceHeartbeat, InstanceLapse: 10 * time.Second},
+		HTTP: HTTPConfig{Listen: "127.0.0.1:8080"},
+		Log:  LogConfig{Level: "info", Format: "text"},
 
 		Runtime:         RuntimeConfig{GCPercent: 400},
 		ShutdownTimeout: 10 * time.Second,
@@ -401,6 +410,12 @@ func (c Config) Validate() error {
 	}
 	if c.State.Partitions < 1 {
 		bad("state.partitions", c.State.Partitions, "must be at least 1")
+	}
+	if c.State.HeartbeatInterval < 100*time.Millisecond {
+		bad("state.heartbeat_interval", c.State.HeartbeatInterval, "must be at least 100ms")
+	}
+	if c.State.InstanceLapse <= 2*c.State.HeartbeatInterval {
+		bad("state.instance_lapse", c.State.InstanceLapse, "must exceed 2x state.heartbeat_interval (%s)", c.State.HeartbeatInterval)
 	}
 	if c.Kafka.MaxCreatedTopics < 0 {
 		bad("kafka.max_created_topics", c.Kafka.MaxCreatedTopics, "must not be negative")

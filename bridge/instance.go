@@ -23,11 +23,15 @@ import (
 const instancesTopic = "_ferry_instances"
 
 const (
-	// instanceHeartbeat is how often an instance announces itself.
+	// instanceHeartbeat is how often an instance announces itself, unless
+	// state.heartbeat_interval says otherwise.
 	instanceHeartbeat = 2 * time.Second
-	// instanceStale: a duplicate not heard from for this long is gone, and
-	// the instance is ready again.
-	instanceStale = 4 * instanceHeartbeat
+	// instanceStaleBeats: a duplicate not heard from for this many
+	// heartbeat intervals is gone, and the instance is ready again.
+	instanceStaleBeats = 4
+	// instanceFinalWait bounds the write of the last heartbeat (stopped) at
+	// a graceful stop.
+	instanceFinalWait = time.Second
 	// instanceLookback: the heartbeats are read from this long before the
 	// start, so that a broker clock behind this host's does not hide the
 	// instance's own first heartbeat.
@@ -64,6 +68,11 @@ type instanceCheck struct {
 	opts        []kgo.Opt
 	gauge       prometheus.Gauge
 	start       time.Time
+	every       time.Duration
+	sessions    string // state.sessions_topic, in the heartbeat
+	// beats, once set (setBeats), sees every heartbeat read (reader
+	// goroutine): own is true for this run's own.
+	beats atomic.Pointer[func(id string, hb heartbeat, own bool)]
 
 	mu        sync.Mutex
 	armed     bool // own first heartbeat read back
@@ -82,6 +91,13 @@ type heartbeat struct {
 	Host    string    `json:"host"`
 	PID     int       `json:"pid"`
 	Started time.Time `json:"started"`
+	// Stopped marks the last heartbeat of a graceful stop, written after
+	// the broker closed its connections: the instance is gone at once.
+	Stopped bool `json:"stopped,omitempty"`
+	// Sessions is the instance's state.sessions_topic: the instances that
+	// share it (one cluster) choose among themselves who publishes a dead
+	// member's Wills; several clusters may share one Kafka.
+	Sessions string `json:"sessions,omitempty"`
 }
 
 // newInstanceCheck builds the check; Run starts it.
@@ -94,7 +110,12 @@ func newInstanceCheck(cfg Config, log *slog.Logger, reg prometheus.Registerer, c
 	if err != nil {
 		return nil, err
 	}
+	every := cfg.State.HeartbeatInterval
+	if every <= 0 {
+		every = instanceHeartbeat
+	}
 	c := &instanceCheck{
+		every: every, sessions: cfg.State.SessionsTopic,
 		id: cfg.Instance.ID, nonce: hex.EncodeToString(nonce), log: log.With("component", "instance-check"),
 		client: client, replication: cfg.Kafka.ReplicationFactor, start: time.Now(), stop: make(chan struct{}), done: make(chan struct{}),
 		gauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ferry_instance_id_duplicate",
@@ -109,7 +130,7 @@ func newInstanceCheck(cfg Config, log *slog.Logger, reg prometheus.Registerer, c
 		kgo.ConsumeTopics(instancesTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(c.start.Add(-instanceLookback).UnixMilli())),
 		kgo.ProducerLinger(0),
-		kgo.RecordDeliveryTimeout(instanceHeartbeat),
+		kgo.RecordDeliveryTimeout(max(every, instanceFinalWait)),
 		kgo.WithLogger(kgoLogger{log: c.log}),
 	}, sec...)
 	return c, nil
@@ -154,7 +175,7 @@ func (c *instanceCheck) Run(ctx context.Context) {
 			c.log.Debug("reading heartbeats", "err", err)
 			select { // do not spin on a persistent error
 			case <-ctx.Done():
-			case <-time.After(instanceHeartbeat):
+			case <-time.After(c.every):
 			}
 		}
 		if dup, why := c.duplicate(); dup {
@@ -230,13 +251,14 @@ func (c *instanceCheck) createTopic(ctx context.Context) error {
 // announce appends a heartbeat now and every instanceHeartbeat.
 func (c *instanceCheck) announce(ctx context.Context, cl *kgo.Client) {
 	host, _ := os.Hostname()
-	value, err := json.Marshal(heartbeat{Nonce: c.nonce, Host: host, PID: os.Getpid(), Started: c.start})
+	value, err := json.Marshal(heartbeat{Nonce: c.nonce, Host: host, PID: os.Getpid(), Started: c.start, Sessions: c.sessions})
 	if err != nil {
 		c.log.Error("encoding heartbeat", "err", err)
 		return
 	}
-	t := time.NewTicker(instanceHeartbeat)
+	t := time.NewTicker(c.every)
 	defer t.Stop()
+	defer c.final(cl)
 	warned := false
 	for {
 		// Not ProduceSync: a record already in a produce request is not
@@ -265,13 +287,43 @@ func (c *instanceCheck) announce(ctx context.Context, cl *kgo.Client) {
 	}
 }
 
-// observe handles one heartbeat read back.
-func (c *instanceCheck) observe(r *kgo.Record) {
-	if string(r.Key) != c.id {
+// final appends the heartbeat that says this run stopped (graceful stop:
+// the broker has closed its connections and published their Wills), so
+// that other instances do not wait for the lapse. Bounded by
+// instanceFinalWait: a Kafka that does not answer gets none.
+func (c *instanceCheck) final(cl *kgo.Client) {
+	host, _ := os.Hostname()
+	value, err := json.Marshal(heartbeat{Nonce: c.nonce, Host: host, PID: os.Getpid(), Started: c.start, Stopped: true, Sessions: c.sessions})
+	if err != nil {
 		return
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), instanceFinalWait)
+	defer cancel()
+	res := make(chan error, 1)
+	cl.Produce(ctx, &kgo.Record{Topic: instancesTopic, Key: []byte(c.id), Value: value}, func(_ *kgo.Record, err error) { res <- err })
+	select {
+	case err = <-res:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		c.log.Debug("last heartbeat (stopped) not written", "err", err)
+	}
+}
+
+// setBeats makes f see every heartbeat read from now on.
+func (c *instanceCheck) setBeats(f func(id string, hb heartbeat, own bool)) { c.beats.Store(&f) }
+
+// observe handles one heartbeat read back.
+func (c *instanceCheck) observe(r *kgo.Record) {
 	var hb heartbeat
 	if err := json.Unmarshal(r.Value, &hb); err != nil {
+		return
+	}
+	if f := c.beats.Load(); f != nil {
+		(*f)(string(r.Key), hb, string(r.Key) == c.id && hb.Nonce == c.nonce)
+	}
+	if string(r.Key) != c.id || hb.Stopped {
 		return
 	}
 	c.mu.Lock()
@@ -291,7 +343,7 @@ func (c *instanceCheck) observe(r *kgo.Record) {
 func (c *instanceCheck) duplicate() (bool, string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.dupSeen.IsZero() || time.Since(c.dupSeen) > instanceStale {
+	if c.dupSeen.IsZero() || time.Since(c.dupSeen) > instanceStaleBeats*c.every {
 		return false, ""
 	}
 	return true, c.dupDetail

@@ -90,7 +90,7 @@ func TestDuplicateInstanceID(t *testing.T) {
 	if err := b.Close(ctx); err != nil {
 		t.Fatalf("close the duplicate: %v", err)
 	}
-	waitFor(t, instanceStale+10*time.Second, "readyz 200 once the duplicate stopped", func() bool {
+	waitFor(t, instanceStaleBeats*instanceHeartbeat+10*time.Second, "readyz 200 once the duplicate stopped", func() bool {
 		code, _ := readyz(t, a.HTTPAddr())
 		return code == http.StatusOK
 	})

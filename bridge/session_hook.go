@@ -57,6 +57,7 @@ type sessionHook struct {
 	inj        *injections        // coordinates of messages being injected
 	replays    *replayer          // nil: no replay (tests of the hook alone)
 	subscribed func(*mqtt.Client) // tells the forward hook a connection receives deliveries
+	wills      *willKeeper        // publishes the Wills of dead instances' clients (nil: off)
 }
 
 // ownedSession is a session this instance owns: the connection that
@@ -473,6 +474,9 @@ func (h *sessionHook) onChange(c state.Change) {
 			return
 		}
 	}
+	if h.wills != nil {
+		h.wills.saw(c.Key, rec)
+	}
 	h.mu.Lock()
 	o := h.owned[c.Key]
 	var epoch int64
@@ -615,12 +619,15 @@ func (h *sessionHook) ownedBy(cl *mqtt.Client) *ownedSession {
 }
 
 func (h *sessionHook) recordOf(cl *mqtt.Client) state.Session {
-	rec := state.Session{Client: cl.ID, Owner: h.id, Connected: true, Clean: !persistent(cl)}
+	rec := state.Session{Client: cl.ID, Owner: h.id, Connected: true, Clean: !persistent(cl),
+		ProtocolVersion: cl.Properties.ProtocolVersion, Will: willOf(cl)}
 	if rec.Clean {
-		return rec // only a claim, to fence a second connection of the id
+		// A claim, to fence a second connection of the id; with the Will,
+		// for a survivor to publish if this instance dies (wills.go).
+		return rec
 	}
-	rec.Expiry, rec.ProtocolVersion, rec.Username = h.expiryOf(cl), cl.Properties.ProtocolVersion, cl.Properties.Username
-	rec.Listener, rec.Will = cl.Net.Listener, willOf(cl)
+	rec.Expiry, rec.Username = h.expiryOf(cl), cl.Properties.Username
+	rec.Listener = cl.Net.Listener
 	props := cl.Properties.Props.Copy(false)
 	if b, err := json.Marshal(props); err == nil {
 		rec.Props = b

@@ -50,6 +50,12 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 		opts: append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, sec...), admin: kadm.NewClient(cl),
 		reverse: b.cfg.Reverse.Topics, slots: make(chan struct{}, maxReplays), metrics: sm, stop: b.stateStop,
 		maxQueued: b.cfg.State.MaxQueued, queueDrops: b.metrics.drops.WithLabelValues("session_queue_full")}
+	// Wills of dead instances' clients (wills.go): liveness from the
+	// heartbeats the instance check reads; it sees every session record
+	// (hook.onChange) from the first.
+	b.wills = newWillKeeper(b.log, b.cfg.Instance.ID, b.cfg.State.SessionsTopic, b.instance.start, b.cfg.State.InstanceLapse, b.cfg.Kafka.AckTimeout, sm, b.stateStop)
+	b.wills.publish = b.hook.publishWill
+	hook.wills = b.wills
 	if b.sessions, err = state.Open(tc(b.cfg.State.SessionsTopic), b.log, hook.onChange); err != nil {
 		return fmt.Errorf("sessions: %w", err)
 	}
@@ -59,6 +65,14 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 	go func() {
 		defer close(b.stateDone)
 		hook.checkpoints(b.stateStop)
+	}()
+	b.wills.table = b.sessions
+	b.instance.setBeats(b.wills.beat)
+	b.willsDone = make(chan struct{})
+	go func() {
+		defer close(b.willsDone)
+		b.wills.run()
+		b.wills.wait()
 	}()
 	if err := registerSessionGauges(b.reg, b.sessions); err != nil {
 		return err
@@ -90,6 +104,9 @@ func (b *Bridge) closeState() {
 	if b.stateStop != nil {
 		close(b.stateStop)
 		<-b.stateDone
+		if b.willsDone != nil {
+			<-b.willsDone
+		}
 	}
 	if b.stateAdmin != nil {
 		b.stateAdmin.Close()

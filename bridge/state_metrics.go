@@ -23,6 +23,7 @@ type stateMetrics struct {
 	replayed       *prometheus.CounterVec
 	replayFirst    prometheus.Histogram
 	replayDuration prometheus.Histogram
+	wills          *prometheus.CounterVec
 }
 
 func newStateMetrics(reg prometheus.Registerer) (*stateMetrics, error) {
@@ -52,7 +53,10 @@ func newStateMetrics(reg prometheus.Registerer) (*stateMetrics, error) {
 			Help: "From a resumed session's CONNACK to its first replayed message.", Buckets: latency}),
 		replayDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_sessions_replay_seconds",
 			Help: "From a resumed session's CONNACK until its replay caught up and its subscriptions went live.", Buckets: latency}),
+		wills: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_wills_published_total",
+			Help: "Wills this instance published on behalf of another, by reason (dead_instance: the client's instance stopped heartbeating)."}, []string{"reason"}),
 	}
+	m.wills.WithLabelValues("dead_instance")
 	for _, r := range []string{"ok", "error"} {
 		m.writes.WithLabelValues(r)
 		m.retainedWrites.WithLabelValues(r)
@@ -61,7 +65,7 @@ func newStateMetrics(reg prometheus.Registerer) (*stateMetrics, error) {
 		m.replayed.WithLabelValues(k)
 	}
 	for _, c := range []prometheus.Collector{m.writes, m.writeSeconds, m.connectWrite, m.subscribeWrite, m.resumed,
-		m.takenOver, m.repaired, m.refused, m.retainedWrites, m.replayed, m.replayFirst, m.replayDuration} {
+		m.takenOver, m.repaired, m.refused, m.retainedWrites, m.replayed, m.replayFirst, m.replayDuration, m.wills} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("state metrics: %w", err)
 		}

@@ -40,7 +40,10 @@ type Session struct {
 	Listener        string          `json:"listener,omitempty"`
 	Props           json.RawMessage `json:"props,omitempty"` // the client's CONNECT properties (opaque here)
 	Will            json.RawMessage `json:"will,omitempty"`  // the client's will (opaque here)
-	Subs            []Subscription  `json:"subs,omitempty"`
+	// WillBy names the instance that ended the session for a dead owner
+	// (Connected false, Epoch one past the owner's) and publishes its Will.
+	WillBy string         `json:"will_by,omitempty"`
+	Subs   []Subscription `json:"subs,omitempty"`
 	// Positions are the session's queue: for each Kafka partition it drew
 	// messages from, where a resume reads from (bridge/positions.go).
 	Positions []Position `json:"pos,omitempty"`

@@ -430,6 +430,15 @@ func (t *Table) applyWrite(key string, value []byte, r *kgo.Record) {
 	t.rows[key] = row{value: value, offset: r.Offset, part: r.Partition}
 }
 
+// Flush waits until every write issued so far is acknowledged or failed,
+// or ctx ends.
+func (t *Table) Flush(ctx context.Context) error {
+	if err := t.cl.Flush(ctx); err != nil {
+		return fmt.Errorf("state %s: flush: %w", t.cfg.Topic, err)
+	}
+	return nil
+}
+
 // Close stops reading and releases the client. Safe to call more than once.
 func (t *Table) Close() {
 	t.stopOnce.Do(func() {

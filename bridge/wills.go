@@ -1,0 +1,444 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"hash/fnv"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/ferry-bridge/ferry/state"
+)
+
+// willKeeper publishes the Will of a client whose instance died: the
+// session record (sessions table) still says Connected, with the dead
+// instance as Owner, and holds the client's Will.
+//
+// Liveness comes from the heartbeats every instance appends to
+// _ferry_instances (instanceCheck): an instance is dead once none of its
+// heartbeats has been read here for state.instance_lapse, or at once when
+// its last heartbeat says it stopped (graceful stop). Times are this
+// instance's own clock (when it read a heartbeat), never another host's.
+// An instance never heard from counts from the moment this one first read
+// its own heartbeat back (the reader starts a minute in the past, so any
+// live instance is heard from well within the lapse). Nothing is decided
+// while this instance's own heartbeats are not read back: a reader that
+// lags, or a Kafka this instance cannot reach, must not make every other
+// instance look dead.
+//
+// For each connected session of a dead owner, one survivor acts: the one
+// that rendezvous hashing of the client id picks among the live instances
+// of this cluster (heartbeats naming the same sessions topic: several
+// clusters may share one Kafka; every survivor computes the same choice
+// from the same heartbeats; when two briefly disagree, the fence below
+// keeps one). It
+//  1. reads the table to its end and checks the record is unchanged;
+//  2. writes a fence: the record with Connected false, Disconnected now,
+//     Epoch one past the dead owner's and WillBy = itself. A reconnecting
+//     client's claim (NextEpoch: the wall clock) outranks it and resumes
+//     the session; an owner that was only cut off reads a higher epoch and
+//     drops its client, as for a takeover;
+//  3. waits to read its fence back: any other record read before it (a
+//     claim, another survivor's fence) means someone else acts: it gives up;
+//  4. waits for the MQTT 5 Will Delay Interval, counted from the owner's
+//     last heartbeat, giving up if the client reconnects meanwhile;
+//  5. publishes the Will the way mochi publishes one (Kafka, the retained
+//     table if flagged, and this broker's subscribers);
+//  6. deletes the record of a session that ends with its connection
+//     (clean, or expiry 0).
+//
+// An instance restarted with the same id treats its own sessions claimed
+// before it started, and still marked connected, the same way (its dead
+// run's clients), without waiting for a lapse.
+type willKeeper struct {
+	log      *slog.Logger
+	id       string
+	sessions string    // this cluster's sessions topic
+	start    time.Time // this run's start: own claims before it are a dead run's
+	lapse    time.Duration
+	timeout  time.Duration // one table write
+	table    *state.Table
+	publish  func(client string, protocol byte, w mqtt.Will)
+	metrics  *stateMetrics
+	slots    chan struct{}
+	stop     <-chan struct{}
+	wg       sync.WaitGroup
+
+	mu       sync.Mutex
+	beats    map[string]instanceBeat
+	ownFirst time.Time // first own heartbeat read back
+	ownLast  time.Time
+	pending  map[string]*pendingWill
+	handled  map[string]int64   // client id -> epoch of the fence this instance wrote
+	conn     map[string]connRef // sessions marked connected, as read (saw)
+}
+
+// connRef is who holds a session marked connected.
+type connRef struct {
+	owner string
+	epoch int64
+}
+
+// instanceBeat is the last heartbeat read of one instance.
+type instanceBeat struct {
+	at       time.Time // when it was read, on this instance's clock
+	stopped  bool
+	sessions string // its sessions topic ("" from a version that does not say)
+}
+
+// pendingWill is a dead owner's session this instance is acting on.
+type pendingWill struct {
+	epoch     int64         // the dead owner's claim
+	owner     string        // the dead owner
+	mine      chan struct{} // closed when this instance's fence is read back
+	mineSeen  bool
+	cancel    chan struct{} // closed when someone else acts or the client is back
+	cancelled bool
+}
+
+// maxWillWorkers bounds the sessions handled at once (each does a few
+// table writes).
+const maxWillWorkers = 16
+
+func newWillKeeper(log *slog.Logger, id, sessions string, start time.Time, lapse, timeout time.Duration, m *stateMetrics,
+	stop <-chan struct{}) *willKeeper {
+	return &willKeeper{log: log.With("component", "wills"), id: id, sessions: sessions, start: start, lapse: lapse, timeout: timeout,
+		metrics: m, slots: make(chan struct{}, maxWillWorkers), stop: stop,
+		beats: make(map[string]instanceBeat), pending: make(map[string]*pendingWill), handled: make(map[string]int64),
+		conn: make(map[string]connRef)}
+}
+
+// beat records a heartbeat read from _ferry_instances (instanceCheck's
+// reader goroutine).
+func (w *willKeeper) beat(id string, hb heartbeat, own bool) {
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.beats[id] = instanceBeat{at: now, stopped: hb.Stopped, sessions: hb.Sessions}
+	if own && !hb.Stopped {
+		if w.ownFirst.IsZero() {
+			w.ownFirst = now
+		}
+		w.ownLast = now
+	}
+}
+
+// ready: this instance reads its own heartbeats back, so the others'
+// silence means something (w.mu held).
+func (w *willKeeper) ready(now time.Time) bool {
+	return !w.ownFirst.IsZero() && now.Sub(w.ownLast) <= w.lapse/2
+}
+
+// alive reports whether instance id counts as alive at now (w.mu held).
+func (w *willKeeper) alive(id string, now time.Time) bool {
+	if id == w.id {
+		return true
+	}
+	b, ok := w.beats[id]
+	if !ok {
+		return now.Sub(w.ownFirst) <= w.lapse
+	}
+	return !b.stopped && now.Sub(b.at) <= w.lapse
+}
+
+// lastHeard is when instance id was last heard from (w.mu held).
+func (w *willKeeper) lastHeard(id string) time.Time {
+	if b, ok := w.beats[id]; ok {
+		return b.at
+	}
+	return w.ownFirst
+}
+
+// run scans the sessions table until stop, once it is loaded.
+func (w *willKeeper) run() {
+	select {
+	case <-w.table.Loaded():
+	case <-w.stop:
+		return
+	}
+	t := time.NewTicker(min(time.Second, w.lapse/4))
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-t.C:
+		}
+		w.scan(time.Now())
+	}
+}
+
+// wait waits for the sessions being handled (after stop).
+func (w *willKeeper) wait() { w.wg.Wait() }
+
+// scan starts handling every connected session of a dead owner that this
+// instance is chosen for.
+func (w *willKeeper) scan(now time.Time) {
+	w.mu.Lock()
+	if !w.ready(now) {
+		w.mu.Unlock()
+		return
+	}
+	// The candidates: live instances of this cluster (same sessions
+	// topic). Liveness itself counts any heartbeat of an id.
+	live := []string{w.id}
+	for id, b := range w.beats {
+		if id != w.id && b.sessions == w.sessions && w.alive(id, now) {
+			live = append(live, id)
+		}
+	}
+	slices.Sort(live)
+	for k, c := range w.conn {
+		var since time.Time
+		switch {
+		case w.pending[k] != nil || w.handled[k] > c.epoch:
+			continue
+		case c.owner == w.id:
+			if c.epoch >= w.start.UnixMilli() {
+				continue // this run's own connection
+			}
+			since = w.start // a dead run of this instance
+		case w.alive(c.owner, now):
+			continue
+		case chooseInstance(k, live) != w.id:
+			continue
+		default:
+			since = w.lastHeard(c.owner)
+		}
+		p := &pendingWill{epoch: c.epoch, owner: c.owner, mine: make(chan struct{}), cancel: make(chan struct{})}
+		w.pending[k] = p
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			w.handle(k, since, p)
+		}()
+	}
+	w.mu.Unlock()
+}
+
+// saw sees every record of the sessions table as it is read (the table's
+// reader goroutine, in log order): it keeps the index of connected
+// sessions, and tells a pending session whether its fence or someone
+// else's record came first.
+func (w *willKeeper) saw(k string, rec *state.Session) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if rec != nil && rec.Connected {
+		w.conn[k] = connRef{owner: rec.Owner, epoch: rec.Epoch}
+	} else {
+		delete(w.conn, k)
+	}
+	if e, ok := w.handled[k]; ok && (rec == nil || rec.Epoch > e) {
+		delete(w.handled, k) // the session moved on (reconnected, or ended)
+	}
+	p := w.pending[k]
+	if p == nil {
+		return
+	}
+	fence := rec != nil && rec.WillBy != "" && !rec.Connected && rec.Epoch == p.epoch+1
+	owners := rec != nil && rec.Owner == p.owner && rec.Epoch == p.epoch && rec.Connected
+	switch {
+	case p.cancelled:
+	case fence && rec.WillBy == w.id && !p.mineSeen:
+		p.mineSeen = true
+		close(p.mine)
+	case fence && p.mineSeen:
+		// Another survivor's fence after ours: it gives up.
+	case owners && !p.mineSeen:
+		// The dead owner's own record, before our fence.
+	default:
+		p.cancelled = true
+		close(p.cancel)
+	}
+}
+
+// handle fences one dead owner's session and publishes its Will.
+func (w *willKeeper) handle(k string, since time.Time, p *pendingWill) {
+	defer func() {
+		w.mu.Lock()
+		if w.pending[k] == p {
+			delete(w.pending, k)
+		}
+		w.mu.Unlock()
+	}()
+	// A slot for the table writes only: a long Will Delay Interval holds
+	// none.
+	select {
+	case w.slots <- struct{}{}:
+	case <-w.stop:
+		return
+	}
+	log := w.log.With("client", k, "owner", p.owner, "epoch", p.epoch)
+	rec := w.fence(k, p, log)
+	<-w.slots
+	if rec == nil {
+		return
+	}
+	var will mqtt.Will
+	if len(rec.Will) > 0 {
+		if err := json.Unmarshal(rec.Will, &will); err != nil {
+			log.Warn("unreadable Will in a session record: not published", "err", err)
+		}
+	}
+	if will.TopicName != "" {
+		at := since.Add(time.Duration(will.WillDelayInterval) * time.Second)
+		timer := time.NewTimer(time.Until(at))
+		select {
+		case <-timer.C:
+		case <-p.cancel:
+			timer.Stop()
+			log.Debug("Will not published: the client is back before its Will Delay Interval")
+			return
+		case <-w.stop:
+			timer.Stop()
+			log.Warn("Will not published: this instance is stopping within the client's Will Delay Interval")
+			return
+		}
+		if w.isCancelled(p) { // a select picks any ready case
+			log.Debug("Will not published: the client is back")
+			return
+		}
+		w.publish(k, rec.ProtocolVersion, will)
+		w.metrics.wills.WithLabelValues("dead_instance").Inc()
+		log.Info("published the Will of a client whose instance is gone", "topic", will.TopicName,
+			"silent_for", time.Since(since).Round(time.Millisecond))
+	}
+	if rec.Clean || rec.Expiry == 0 {
+		if w.isCancelled(p) {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
+		defer cancel()
+		if err := w.table.Delete(ctx, k); err != nil {
+			log.Warn("session of a dead instance not deleted", "err", err)
+		}
+	}
+}
+
+// fence writes the record that ends the dead owner's connection and waits
+// to read it back before anything else of the session; it returns the
+// record it fenced, or nil: someone else acts, the record changed, or Kafka
+// failed (the next scan tries again, unless the fence was written).
+func (w *willKeeper) fence(k string, p *pendingWill, log *slog.Logger) *state.Session {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*w.timeout)
+	defer cancel()
+	if err := w.table.Sync(ctx); err != nil {
+		log.Debug("dead owner's session: table not read to its end", "err", err)
+		return nil
+	}
+	cur := w.lookup(k)
+	if cur == nil || !cur.Connected || cur.Owner != p.owner || cur.Epoch != p.epoch {
+		return nil
+	}
+	f := *cur
+	f.Connected, f.Disconnected, f.Epoch, f.WillBy = false, time.Now().UnixMilli(), cur.Epoch+1, w.id
+	v, err := f.Encode()
+	if err != nil {
+		return nil
+	}
+	if err := w.table.Put(ctx, k, v); err != nil {
+		log.Warn("dead owner's session: fence not written (retried)", "err", err)
+		return nil
+	}
+	select {
+	case <-p.mine:
+		// Closed only while not cancelled; a cancel after it is seen by
+		// the caller.
+	case <-p.cancel:
+		log.Debug("dead owner's session: another record came first (client back, or another instance acts)")
+		return nil
+	case <-ctx.Done():
+		log.Warn("dead owner's session: own fence not read back (retried)")
+		return nil
+	case <-w.stop:
+		return nil
+	}
+	w.mu.Lock()
+	w.handled[k] = f.Epoch
+	w.mu.Unlock()
+	log.Debug("dead owner's session fenced", "fence_epoch", f.Epoch)
+	return cur
+}
+
+func (w *willKeeper) isCancelled(p *pendingWill) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return p.cancelled
+}
+
+func (w *willKeeper) lookup(k string) *state.Session {
+	v, ok := w.table.Get(k)
+	if !ok {
+		return nil
+	}
+	s, err := state.DecodeSession(v)
+	if err != nil {
+		return nil
+	}
+	return s
+}
+
+// chooseInstance is rendezvous hashing: of ids, the one whose hash with
+// key is highest (ties: the smallest id). Every instance that knows the
+// same ids picks the same one; an instance leaving moves only its keys.
+func chooseInstance(key string, ids []string) string {
+	var best string
+	var bestH uint64
+	for _, id := range ids {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(key))
+		_, _ = h.Write([]byte{0})
+		_, _ = h.Write([]byte(id))
+		s := mix64(h.Sum64())
+		if best == "" || s > bestH || s == bestH && id < best {
+			best, bestH = id, s
+		}
+	}
+	return best
+}
+
+// mix64 is splitmix64's finalizer: FNV of similar strings differs in few
+// bits.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// publishWill publishes a Will on behalf of a client of a dead instance
+// the way mochi publishes one (sendLWT, then OnWillSent): to Kafka (best
+// effort, the QoS 0 way), to the retained table if flagged, and to this
+// broker's subscribers (and its retained index), with the client as the
+// origin.
+func (h *hook) publishWill(client string, protocol byte, w mqtt.Will) {
+	pk := packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Retain: w.Retain, Qos: w.Qos},
+		TopicName:   w.TopicName,
+		Payload:     w.Payload,
+		Properties:  packets.Properties{User: w.User},
+		Origin:      client,
+		Created:     time.Now().Unix(),
+	}
+	if protocol == 0 {
+		protocol = 4
+	}
+	lp := h.locals.get(h.server)
+	defer h.locals.put(lp)
+	lp.cl.ID = client
+	lp.cl.Properties.ProtocolVersion = protocol
+	lp.created, lp.expiry = pk.Created, 0
+	pk.ProtocolVersion = protocol
+	h.OnWillSent(lp.cl, pk)
+	out := pk
+	out.PacketID = 1 // must be set for QoS > 0; subscribers get their own
+	if err := h.server.InjectPacket(lp.cl, out); err != nil {
+		h.log.Debug("local delivery of a Will", "client", client, "topic", pk.TopicName, "err", err)
+	}
+}
