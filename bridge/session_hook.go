@@ -346,18 +346,31 @@ func (h *sessionHook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, 
 	}
 }
 
-// OnQosComplete records the acknowledgement of a delivery.
+// OnQosComplete records the acknowledgement of a delivery. mochi calls it
+// with the packet that completed the flow, not with the PUBLISH: for a
+// delivery to the client, the client's PUBACK or PUBCOMP as read from the
+// wire (Created 0); for an inbound publish of the client, its PUBREL or an
+// acknowledgement mochi built (Created set), whose packet id is the
+// client's, not one of the deliveries'.
 func (h *sessionHook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
-	if pk.FixedHeader.Type != packets.Publish {
-		return // an inbound QoS 2 publish's PUBREL
+	if pk.FixedHeader.Type != packets.Puback && pk.FixedHeader.Type != packets.Pubcomp || pk.Created != 0 {
+		return
 	}
-	if o := h.ownedBy(cl); o != nil && o.pos != nil {
-		o.pos.acked(pk.PacketID)
-	}
+	h.ackDelivery(cl, pk.PacketID)
 }
 
 // OnQosDropped: mochi gave up a delivery (expired): not redelivered either.
-func (h *sessionHook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) { h.OnQosComplete(cl, pk) }
+func (h *sessionHook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
+	if pk.FixedHeader.Type == packets.Publish {
+		h.ackDelivery(cl, pk.PacketID)
+	}
+}
+
+func (h *sessionHook) ackDelivery(cl *mqtt.Client, pid uint16) {
+	if o := h.ownedBy(cl); o != nil && o.pos != nil {
+		o.pos.acked(pid)
+	}
+}
 
 // OnClientExpired ends an offline session this instance owns.
 func (h *sessionHook) OnClientExpired(cl *mqtt.Client) {
