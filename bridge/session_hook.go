@@ -57,6 +57,7 @@ type sessionHook struct {
 	inj        *injections        // coordinates of messages being injected
 	replays    *replayer          // nil: no replay (tests of the hook alone)
 	subscribed func(*mqtt.Client) // tells the forward hook a connection receives deliveries
+	holding    atomic.Int32       // sessions holding live deliveries (replay_hold.go)
 }
 
 // ownedSession is a session this instance owns: the connection that
@@ -71,6 +72,8 @@ type ownedSession struct {
 	// catches up; they go live in the broker after it (replay.go).
 	smu     sync.Mutex
 	resumed []state.Subscription
+
+	live liveHold // live deliveries wait while the replay's last pass runs
 }
 
 func (o *ownedSession) takeResumed() []state.Subscription {
@@ -98,7 +101,8 @@ func (h *sessionHook) ID() string { return "ferry-sessions" }
 func (h *sessionHook) Provides(b byte) bool {
 	switch b {
 	case mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnSubscribed, mqtt.OnUnsubscribed,
-		mqtt.OnDisconnect, mqtt.OnClientExpired, mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped:
+		mqtt.OnDisconnect, mqtt.OnClientExpired, mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped,
+		mqtt.OnPacketEncode:
 		return true
 	}
 	return false
@@ -342,6 +346,9 @@ func (h *sessionHook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, 
 	if o := h.ownedBy(cl); o != nil && o.pos != nil {
 		if c, ok := h.inj.of(pk.Origin); ok {
 			o.pos.sent(pk.PacketID, c)
+		}
+		if o.live.waiting() != nil {
+			o.live.held.Add(1)
 		}
 	}
 }
