@@ -4,6 +4,9 @@ import (
 	"testing"
 	"time"
 
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
 	"github.com/ferry-bridge/ferry/state"
 	"github.com/ferry-bridge/ferry/topicmap"
 )
@@ -69,4 +72,37 @@ func pendingOf(rec *state.Session) []state.Pending {
 		return nil
 	}
 	return rec.Pending
+}
+
+// TestResendKeepsItsCoordinate: mochi resends a resumed session's in-flight
+// messages itself (same instance) with DUP set, and reports each to
+// OnQosPublish as a new send (resends 0, v2.7.9). Its coordinate is the one
+// recorded when it was first sent; the injection running at that moment
+// under the same origin (the publisher's next message delivered locally, or
+// the reverse path's next record) is another message. Taking that one
+// moved the position past messages the client never received: after the
+// next crash a resume skipped them (the full-size sessions soak lost a
+// whole stream of two sessions this way, a hypothesis this test pins).
+func TestResendKeepsItsCoordinate(t *testing.T) {
+	server := mqtt.New(&mqtt.Options{InlineClient: true})
+	h := newSessionHook(testLogger(t), server, nil, "a", time.Second, nil)
+	h.inj = new(injections)
+	cl := server.NewClient(nil, "t", "dev", false)
+	o := &ownedSession{cl: cl, pos: newSessionPositions(nil, nil)}
+	h.owned["dev"] = o
+	first := coord{"k", 0, 7}
+	live := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, PacketID: 3, Origin: "pub"}
+	h.inj.begin("pub", first)
+	h.OnQosPublish(cl, live, 0, 0)
+	h.inj.end("pub")
+	// The resend, while the publisher's message at offset 40 is injected.
+	h.inj.begin("pub", coord{"k", 0, 40})
+	resend := live
+	resend.FixedHeader.Dup = true
+	h.OnQosPublish(cl, resend, 0, 0)
+	h.inj.end("pub")
+	h.OnQosComplete(cl, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: 3})
+	if pos := o.pos.snapshot(); len(pos) != 1 || pos[0].Offset != 8 || pos[0].Delivered != 8 {
+		t.Fatalf("after the resent delivery of offset 7 was acknowledged the positions are %+v, want offset 8, delivered 8", pos)
+	}
 }

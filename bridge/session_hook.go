@@ -344,6 +344,13 @@ func (h *sessionHook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, 
 		return
 	}
 	if o := h.ownedBy(cl); o != nil && o.pos != nil {
+		// mochi resends a resumed session's in-flight messages itself, DUP
+		// set, reported here with resends 0: the coordinate recorded at the
+		// first send stays (an injection of the same origin running now is
+		// another message).
+		if pk.FixedHeader.Dup && o.pos.isPending(pk.PacketID) {
+			return
+		}
 		if c, ok := h.inj.of(pk.Origin); ok {
 			o.pos.sent(pk.PacketID, c)
 		}
