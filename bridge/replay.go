@@ -285,9 +285,13 @@ func (rs *replayRun) deliver(ctx context.Context, rec *kgo.Record, hdrs []topicm
 	}
 	c := coord{rec.Topic, rec.Partition, rec.Offset}
 	pid, resend, skip := rs.o.pos.replayAction(c)
-	if skip {
+	if skip && rs.o.live.waiting() == nil {
 		return nil // in flight here: mochi resends it
 	}
+	// In the last pass a pending delivery may be a live one held until the
+	// pass ends (replay_hold.go): skipped, it would arrive after the
+	// messages that follow it. It is delivered now; the held copy follows
+	// as a duplicate.
 	now := time.Now()
 	var expiry uint32
 	if std.Expiry > 0 {
