@@ -196,9 +196,9 @@ type ReverseConfig struct {
 	// between instances instead.
 	GroupID string `mapstructure:"group_id" yaml:"group_id"`
 	// StartOffset for partitions without a committed offset: latest (the
-	// first record newer than the bridge's start, or, with storage.dir, than
-	// the last time it consumed: a new group skips old history, a partition
-	// that appears later is read from its first record) or earliest.
+	// first record newer than the group's first start: a new group skips old
+	// history, a partition that appears later is read from its first
+	// record) or earliest.
 	// Default: latest.
 	StartOffset string `mapstructure:"start_offset" yaml:"start_offset"`
 	// Refresh is how often Kafka metadata is re-read: new topics matching a
@@ -230,6 +230,12 @@ type StateConfig struct {
 	RetainedTopic string `mapstructure:"retained_topic" yaml:"retained_topic"`
 	// Partitions of the topics when Ferry creates them. Default: 8.
 	Partitions int `mapstructure:"partitions" yaml:"partitions"`
+	// MaxQueued caps the QoS 1/2 messages a resuming session is given from
+	// what matched while it was offline; the newer ones beyond the cap are
+	// dropped and counted (ferry_dropped_total{reason="session_queue_full"}),
+	// as Mosquitto's max_queued_messages does. 0: no cap, Kafka's retention
+	// bounds the queue. Default: 0.
+	MaxQueued int `mapstructure:"max_queued" yaml:"max_queued"`
 }
 
 // HTTPConfig configures /metrics, /healthz and /readyz.
@@ -389,6 +395,9 @@ func (c Config) Validate() error {
 	}
 	if c.State.SessionsTopic != "" && c.State.SessionsTopic == c.State.RetainedTopic {
 		bad("state.retained_topic", c.State.RetainedTopic, "must differ from state.sessions_topic")
+	}
+	if c.State.MaxQueued < 0 {
+		bad("state.max_queued", c.State.MaxQueued, "must be 0 (no cap) or more")
 	}
 	if c.State.Partitions < 1 {
 		bad("state.partitions", c.State.Partitions, "must be at least 1")

@@ -68,13 +68,7 @@ func startBridge(t testing.TB, cfg Config) *Bridge {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- b.Run(context.Background()) }()
-	select {
-	case <-b.Ready():
-	case err := <-errc:
-		t.Fatalf("bridge.Run: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("bridge not ready within 30s")
-	}
+	awaitReady(t, b, errc)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -83,6 +77,18 @@ func startBridge(t testing.TB, cfg Config) *Bridge {
 		}
 	})
 	return b
+}
+
+// awaitReady waits until b is ready; Run's error (on errc) or 30 s fail t.
+func awaitReady(t testing.TB, b *Bridge, errc <-chan error) {
+	t.Helper()
+	select {
+	case <-b.Ready():
+	case err := <-errc:
+		t.Fatalf("bridge.Run: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("bridge not ready within 30s")
+	}
 }
 
 func randHex(n int) string {

@@ -84,3 +84,39 @@ func testHungBroker(t *testing.T, qos int) {
 		t.Fatal(v)
 	}
 }
+
+// While a broker hangs, the producer holds at most heldCap records (the
+// memory bound the README states), counted per record: a batch taken from
+// the ring when it held heldCap-1 must not carry it past the bound.
+func TestProducerHeldCapPerRecord(t *testing.T) {
+	fk := newFakeKafka()
+	// Eight partitions on the hung broker: their queues (8 x partCap) have
+	// room beyond heldCap, so only the held count can stop the loop.
+	fk.addTopic("hung", 1, 1, 1, 1, 1, 1, 1, 1)
+	fk.addTopic("good", 2)
+	fk.reqFault = func(ctx context.Context, req *produceAPI.Request) error {
+		if req.Topics[0].Topic != "hung" {
+			return nil
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	h := newProdHarness(t, fk, 1024, func(c *KafkaConfig) { c.MaxBatch = 4; c.AckTimeout = 30 * time.Second })
+	// One record for the healthy broker in the first batch: once it is
+	// acknowledged the count is off the batch size's multiples.
+	h.send("good", "k", "first", 1)
+	keys := keysForPartitions(8)
+	for i := range h.p.heldCap + 4*h.cfg.MaxBatch {
+		h.send("hung", keys[i%len(keys)], fmt.Sprint(i), 1)
+	}
+	h.start()
+	heldCap := float64(h.p.heldCap)
+	var held float64
+	waitFor(t, 15*time.Second, "the producer to reach its bound", func() bool {
+		held = counterValue(t, h.reg, "ferry_kafka_producer_records_held", nil)
+		return held >= heldCap
+	})
+	if held > heldCap {
+		t.Fatalf("the producer holds %.0f records, bound %.0f", held, heldCap)
+	}
+}

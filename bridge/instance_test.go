@@ -3,7 +3,6 @@ package bridge
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -153,25 +152,8 @@ func TestInstanceCheckOffWhenTopicRefused(t *testing.T) {
 	cfg := testConfig("")
 	cfg.Kafka.ReplicationFactor = 3
 	cfg.HTTP.Listen = "127.0.0.1:0"
-	logs := new(lockedBuffer)
-	b, err := New(cfg, slog.New(slog.NewTextHandler(logs, nil)), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- b.Run(context.Background()) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		b.Close(ctx)
-	})
-	select {
-	case <-b.Ready():
-	case err := <-errc:
-		t.Fatalf("bridge.Run: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("bridge not ready within 30s")
-	}
+	b, logs, errc := runLogged(t, cfg)
+	awaitReady(t, b, errc)
 	waitFor(t, 20*time.Second, "the warning that the check is off", func() bool {
 		return strings.Contains(logs.String(), "duplicate instance.id check is OFF")
 	})

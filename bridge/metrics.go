@@ -12,7 +12,7 @@ import (
 // them all.
 var (
 	nackReasons        = []string{"kafka_unavailable", "kafka_rejected", "topic_rejected", "ring_full", "too_large", "shutdown"}
-	dropReasons        = []string{"ring_full", "ring_evicted", "unmappable_topic", "closed"}
+	dropReasons        = []string{"ring_full", "ring_evicted", "unmappable_topic", "closed", "session_queue_full"}
 	reverseSkipReasons = []string{"own_origin", "excluded", "unmappable", "too_large", "publish_failed"}
 )
 
@@ -54,7 +54,7 @@ func newMetrics(reg prometheus.Registerer, ringLen, ringCap func() float64) (*me
 		produceErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_kafka_produce_errors_total",
 			Help: "Records that failed to reach Kafka (timeout, rejection, shutdown)."}),
 		drops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_dropped_total",
-			Help: "MQTT publishes not bridged, by reason (" + reasons(dropReasons) + "; closed: the ring was closed at shutdown)."}, []string{"reason"}),
+			Help: "MQTT publishes not bridged, by reason (" + reasons(dropReasons) + "; closed: the ring was closed at shutdown; session_queue_full: beyond state.max_queued for a resuming session)."}, []string{"reason"}),
 		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_mqtt_nacks_total",
 			Help: "QoS 1/2 publishes refused to the client (v5 reason code or v3 disconnect), by reason (" + reasons(nackReasons) + ")."}, []string{"reason"}),
 		topicsCreated: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_kafka_topics_created_total",

@@ -101,7 +101,7 @@ func TestResendKeepsItsCoordinate(t *testing.T) {
 	resend.FixedHeader.Dup = true
 	h.OnQosPublish(cl, resend, 0, 0)
 	h.inj.end("pub")
-	h.OnQosComplete(cl, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: 3})
+	_, _ = h.OnPacketRead(cl, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: 3})
 	if pos := o.pos.snapshot(); len(pos) != 1 || pos[0].Offset != 8 || pos[0].Delivered != 8 {
 		t.Fatalf("after the resent delivery of offset 7 was acknowledged the positions are %+v, want offset 8, delivered 8", pos)
 	}

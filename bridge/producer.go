@@ -268,9 +268,9 @@ func (p *producer) placeParked() {
 	p.parked = p.parked[:0]
 }
 
-// place queues r on its partition. It returns false when r must wait: a
-// QoS 0 record whose healthy partition is full, or any record whose topic,
-// still being looked up, has a full queue.
+// place queues r on its partition. It returns false when r must wait: the
+// producer holds heldCap records, a QoS 0 record's healthy partition is
+// full, or r's topic, still being looked up, has a full queue.
 func (p *producer) place(r *record, now time.Time) bool {
 	if p.dead {
 		p.fail(r, errShutdown, now, false)
@@ -279,6 +279,9 @@ func (p *producer) place(r *record, now time.Time) bool {
 	if p.order.blocked(r) {
 		p.fail(r, errOrder(r), now, false)
 		return true
+	}
+	if p.held >= p.heldCap {
+		return false // checked per record: a batch from the ring may hold up to max_batch
 	}
 	tq := p.tqs[r.topic]
 	if tq == nil {
@@ -311,7 +314,7 @@ func (p *producer) place(r *record, now time.Time) bool {
 	pq := tq.parts[partitionFor(r.key, len(tq.parts))]
 	if len(pq.q) >= p.partCap {
 		switch {
-		case r.done != nil && p.held < p.heldCap:
+		case r.done != nil:
 			// QoS 1/2: queued beyond the cap, bounded by heldCap and its deadline.
 		case r.done != nil || !pq.stalled(now, p.hangAfter):
 			return false

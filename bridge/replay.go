@@ -11,6 +11,7 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -47,6 +48,10 @@ type replayer struct {
 	slots   chan struct{}
 	metrics *stateMetrics
 	stop    <-chan struct{}
+	// maxQueued (state.max_queued) caps the new messages of the first
+	// pass; queueDrops counts those beyond it.
+	maxQueued  int
+	queueDrops prometheus.Counter
 }
 
 // maxReplays bounds the replays running at once on one instance.
@@ -108,10 +113,14 @@ type replayRun struct {
 	connected time.Time
 	first     bool
 	delivered int
+	backlog   bool // the first pass: what matched while the client was away
+	queued    int  // new (not resent) messages of the backlog delivered
 }
 
 func (rs *replayRun) catchUp(ctx context.Context) error {
+	rs.backlog = true
 	ends, err := rs.pass(ctx, nil)
+	rs.backlog = false
 	if err != nil {
 		return err
 	}
@@ -285,13 +294,9 @@ func (rs *replayRun) deliver(ctx context.Context, rec *kgo.Record, hdrs []topicm
 	}
 	c := coord{rec.Topic, rec.Partition, rec.Offset}
 	pid, resend, skip := rs.o.pos.replayAction(c)
-	if skip && rs.o.live.waiting() == nil {
+	if skip {
 		return nil // in flight here: mochi resends it
 	}
-	// In the last pass a pending delivery may be a live one held until the
-	// pass ends (replay_hold.go): skipped, it would arrive after the
-	// messages that follow it. It is delivered now; the held copy follows
-	// as a duplicate.
 	now := time.Now()
 	var expiry uint32
 	if std.Expiry > 0 {
@@ -302,6 +307,13 @@ func (rs *replayRun) deliver(ctx context.Context, rec *kgo.Record, hdrs []topicm
 		expiry = uint32(max(left/time.Second, 1))
 	}
 	dup := resend || rs.o.pos.wasDelivered(c)
+	if rs.backlog && !resend {
+		if rs.r.maxQueued > 0 && rs.queued >= rs.r.maxQueued {
+			rs.r.queueDrops.Inc() // its position moves past it with the partition's
+			return nil
+		}
+		rs.queued++
+	}
 	if err := rs.waitWindow(ctx); err != nil {
 		return err
 	}

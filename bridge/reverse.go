@@ -30,10 +30,9 @@ import (
 // Kafka headers become MQTT v5 user properties.
 //
 // Delivery promise (see committer): a record's offset is committed only once
-// every QoS 1/2 delivery it produced is acknowledged by the subscriber or
-// fsynced in the session store (storage.dir). A crash redelivers, never
-// skips. Without a store, offsets are committed once the broker has taken
-// the publish, after a bounded wait for acknowledgements at shutdown.
+// every QoS 1/2 delivery it produced to a clean session is acknowledged; a
+// persistent session's own position in Kafka (positions.go) records what it
+// still needs. A crash redelivers, never skips.
 //
 // Loops: records whose ferry.origin header is this instance's id are skipped
 // (reverse.skip_own, default on), and the forward hook never bridges the

@@ -63,7 +63,7 @@ func newInflightOrder(server *mqtt.Server) *inflightOrder {
 func (o *inflightOrder) ID() string { return "ferry-inflight-order" }
 
 func (o *inflightOrder) Provides(b byte) bool {
-	return bytes.Contains([]byte{mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped,
+	return bytes.Contains([]byte{mqtt.OnQosPublish, mqtt.OnPacketRead, mqtt.OnQosDropped,
 		mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnDisconnect}, []byte{b})
 }
 
@@ -93,21 +93,31 @@ func (o *inflightOrder) client(id string) *clientSeqs {
 	return c
 }
 
-func (o *inflightOrder) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
+// OnPacketRead ends a delivery the client acknowledged (PUBACK, PUBCOMP).
+// Not OnQosComplete: mochi also calls it with its own PUBACK of an inbound
+// QoS 1 publish, whose packet id is the client's and may equal a delivery's.
+func (o *inflightOrder) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if t := pk.FixedHeader.Type; t == packets.Puback || t == packets.Pubcomp {
+		o.complete(cl, pk.PacketID)
+	}
+	return pk, nil
+}
+
+func (o *inflightOrder) OnQosDropped(cl *mqtt.Client, pk packets.Packet) { o.complete(cl, pk.PacketID) }
+
+func (o *inflightOrder) complete(cl *mqtt.Client, pid uint16) {
 	if cl.IsTakenOver() {
 		return // the messages moved to the new connection, same id
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if c := o.seqs[cl.ID]; c != nil {
-		delete(c.m, pk.PacketID)
+		delete(c.m, pid)
 		if len(c.m) == 0 {
 			delete(o.seqs, cl.ID)
 		}
 	}
 }
-
-func (o *inflightOrder) OnQosDropped(cl *mqtt.Client, pk packets.Packet) { o.OnQosComplete(cl, pk) }
 
 func (o *inflightOrder) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
 	if cl.IsTakenOver() {

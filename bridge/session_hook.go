@@ -101,7 +101,7 @@ func (h *sessionHook) ID() string { return "ferry-sessions" }
 func (h *sessionHook) Provides(b byte) bool {
 	switch b {
 	case mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnSubscribed, mqtt.OnUnsubscribed,
-		mqtt.OnDisconnect, mqtt.OnClientExpired, mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped,
+		mqtt.OnDisconnect, mqtt.OnClientExpired, mqtt.OnQosPublish, mqtt.OnPacketRead, mqtt.OnQosDropped,
 		mqtt.OnPacketEncode:
 		return true
 	}
@@ -360,27 +360,24 @@ func (h *sessionHook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, 
 	}
 }
 
-// OnQosComplete records the acknowledgement of a delivery. mochi calls it
-// with the packet that completed the flow, not with the PUBLISH: for a
-// delivery to the client, the client's PUBACK or PUBCOMP as read from the
-// wire (Created 0); for an inbound publish of the client, its PUBREL or an
-// acknowledgement mochi built (Created set), whose packet id is the
-// client's, not one of the deliveries'.
-func (h *sessionHook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
-	if pk.FixedHeader.Type != packets.Puback && pk.FixedHeader.Type != packets.Pubcomp || pk.Created != 0 {
-		return
+// OnPacketRead records the client's acknowledgement of a delivery: its
+// PUBACK (QoS 1) or PUBCOMP (QoS 2). Not OnQosComplete: mochi passes it a
+// PUBACK both for a delivery the client acknowledged and for an inbound
+// QoS 1 publish it acknowledged itself, whose packet id is the client's
+// and may equal a pending delivery's.
+func (h *sessionHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if t := pk.FixedHeader.Type; t == packets.Puback || t == packets.Pubcomp {
+		h.acked(cl, pk.PacketID)
 	}
-	h.ackDelivery(cl, pk.PacketID)
+	return pk, nil
 }
 
 // OnQosDropped: mochi gave up a delivery (expired): not redelivered either.
 func (h *sessionHook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
-	if pk.FixedHeader.Type == packets.Publish {
-		h.ackDelivery(cl, pk.PacketID)
-	}
+	h.acked(cl, pk.PacketID)
 }
 
-func (h *sessionHook) ackDelivery(cl *mqtt.Client, pid uint16) {
+func (h *sessionHook) acked(cl *mqtt.Client, pid uint16) {
 	if o := h.ownedBy(cl); o != nil && o.pos != nil {
 		o.pos.acked(pid)
 	}

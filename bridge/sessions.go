@@ -48,7 +48,8 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 	b.stateStop = make(chan struct{})
 	hook.replays = &replayer{h: hook, log: b.log.With("component", "replay"), tm: b.tm,
 		opts: append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, sec...), admin: kadm.NewClient(cl),
-		reverse: b.cfg.Reverse.Topics, slots: make(chan struct{}, maxReplays), metrics: sm, stop: b.stateStop}
+		reverse: b.cfg.Reverse.Topics, slots: make(chan struct{}, maxReplays), metrics: sm, stop: b.stateStop,
+		maxQueued: b.cfg.State.MaxQueued, queueDrops: b.metrics.drops.WithLabelValues("session_queue_full")}
 	if b.sessions, err = state.Open(tc(b.cfg.State.SessionsTopic), b.log, hook.onChange); err != nil {
 		return fmt.Errorf("sessions: %w", err)
 	}

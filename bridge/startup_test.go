@@ -42,13 +42,7 @@ func TestKafkaUnreachableSaysWhy(t *testing.T) {
 	cfg := testConfig("127.0.0.1:" + freePort(t)) // closed again: nothing listens
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	b, logs, errc := runLogged(t, cfg)
-	select {
-	case <-b.Ready():
-	case err := <-errc:
-		t.Fatalf("bridge.Run: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("bridge not ready within 30s")
-	}
+	awaitReady(t, b, errc)
 	// The first check runs at start and times out after 2 s at most.
 	waitFor(t, 5*time.Second, "the log line saying Kafka is unreachable, with the error", func() bool {
 		for _, l := range strings.Split(logs.String(), "\n") {
@@ -155,14 +149,8 @@ func TestEmbeddedKafkaPort(t *testing.T) {
 	defer busy.Close()
 	cfg = testConfig("")
 	cfg.Kafka.EmbeddedPort = busy.Addr().(*net.TCPAddr).Port
-	b, logs, errc := runLogged(t, cfg)
-	select {
-	case <-b.Ready():
-	case err := <-errc:
-		t.Fatalf("bridge.Run with the embedded port in use: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("bridge not ready within 30s")
-	}
+	b, logs, errc := runLogged(t, cfg) // Run failing here: the port in use was not handled
+	awaitReady(t, b, errc)
 	if got := strings.Join(b.KafkaBrokers(), ","); got == busy.Addr().String() || !strings.Contains(logs.String(), "kafka.embedded_port in use") {
 		t.Fatalf("port in use: embedded Kafka on %s, log:\n%s", got, logs)
 	}

@@ -3,6 +3,8 @@ package bridge
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"github.com/mochi-mqtt/server/v2/packets"
 	"strings"
 	"testing"
 	"time"
@@ -344,4 +346,131 @@ func TestRetainedPubackWaitsForRetainedRecord(t *testing.T) {
 	if err != nil || res.ReasonCode != 0 {
 		t.Fatalf("plain publish: %+v %v", res, err)
 	}
+}
+
+// TestSessionQueueCap: with state.max_queued 3, a session that resumes
+// after 10 QoS 1 messages matched while it was away gets the oldest 3, the
+// other 7 are counted as dropped, and its position moves past them: a
+// later resume does not deliver them either.
+func TestSessionQueueCap(t *testing.T) {
+	stateModes(t, func(t *testing.T, ca, cb Config) {
+		ca.State.MaxQueued, cb.State.MaxQueued = 3, 3
+		a, b := startBridge(t, ca), startBridge(t, cb)
+		id, topic := "cap-"+randHex(4), "cap/"+randHex(4)
+		sub := connectPaho(t, a.MQTTAddr(), id, func(o *pahov3.ClientOptions) { o.SetCleanSession(false) })
+		if tok := sub.Subscribe(topic, 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("subscribe: %v", tok.Error())
+		}
+		sub.Disconnect(100)
+		// A message published on one instance reaches a subscriber on
+		// another live only through the reverse path (not configured
+		// here): the live markers are published where the session is.
+		pubs := map[*Bridge]pahov3.Client{a: connectPaho(t, a.MQTTAddr(), "pub-"+randHex(4)),
+			b: connectPaho(t, b.MQTTAddr(), "pub-"+randHex(4))}
+		publish := func(on *Bridge, payload string) {
+			t.Helper()
+			if tok := pubs[on].Publish(topic, 1, false, payload); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+				t.Fatalf("publish %s: %v", payload, tok.Error())
+			}
+		}
+		for i := range 10 {
+			publish(a, fmt.Sprintf("m%d", i))
+		}
+		// resume on inst, wait for want (in order), then a live marker:
+		// nothing else may arrive before it.
+		resume := func(inst *Bridge, marker string, want ...string) {
+			t.Helper()
+			got := make(chan string, 20)
+			c := connectPaho(t, inst.MQTTAddr(), id, func(o *pahov3.ClientOptions) {
+				o.SetCleanSession(false).SetOrderMatters(true). // handlers in arrival order
+										SetDefaultPublishHandler(func(_ pahov3.Client, m pahov3.Message) { got <- string(m.Payload()) })
+			})
+			defer c.Disconnect(100)
+			var seen []string
+			next := func() string {
+				select {
+				case m := <-got:
+					seen = append(seen, m)
+					return m
+				case <-time.After(15 * time.Second):
+					t.Fatalf("resume: got %v, waiting for more", seen)
+					return ""
+				}
+			}
+			for _, w := range want {
+				if m := next(); m != w {
+					t.Fatalf("resume: got %v, want %v first", seen, want)
+				}
+			}
+			publish(inst, marker)
+			if m := next(); m != marker {
+				t.Fatalf("resume: got %v, want %v then %s (the rest of the queue is beyond state.max_queued)", seen, want, marker)
+			}
+		}
+		resume(b, "live1", "m0", "m1", "m2")
+		if d := metricValue(t, b, "ferry_dropped_total", map[string]string{"reason": "session_queue_full"}); d != 7 {
+			t.Fatalf("dropped beyond the cap: %.0f, want 7", d)
+		}
+		// The hand-off: b's last positions are in Kafka once its record
+		// says the client left (a resume elsewhere before that redelivers
+		// what b's client acknowledged since b's last checkpoint).
+		waitFor(t, 10*time.Second, "b's disconnect record", func() bool {
+			rec := sessionIn(t, readTable(t, cb.Kafka.Brokers, cb.State.SessionsTopic), id)
+			return rec != nil && rec.Owner == cb.Instance.ID && !rec.Connected
+		})
+		resume(a, "live2")
+	})
+}
+
+// TestSessionOwnPublishIsNotAnAck: a persistent session's client holds a
+// delivery (packet id P) unacknowledged and publishes QoS 2 itself under
+// the same packet id P (its own id space). The end of that flow must not
+// count as the client's acknowledgement of the delivery: the
+// session's record keeps it pending, and a resume on another instance
+// resends it with P and DUP.
+func TestSessionOwnPublishIsNotAnAck(t *testing.T) {
+	stateModes(t, func(t *testing.T, ca, cb Config) {
+		a, b := startBridge(t, ca), startBridge(t, cb)
+		id, topic := "own-"+randHex(4), "own/"+randHex(4)
+		props := packets.Properties{SessionExpiryInterval: 300, SessionExpiryIntervalFlag: true}
+		sub := dialLight5(t, a.MQTTAddr(), id, false, props)
+		sub.send(t, 5, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe}, PacketID: 1,
+			Filters: packets.Subscriptions{{Filter: topic, Qos: 1}}})
+		if pk, _ := sub.next(t, 5, 10*time.Second); pk.FixedHeader.Type != packets.Suback {
+			t.Fatalf("want SUBACK, got type %d", pk.FixedHeader.Type)
+		}
+		pub := connectPaho(t, a.MQTTAddr(), "pub-"+randHex(4))
+		if tok := pub.Publish(topic, 1, false, "held"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish: %v", tok.Error())
+		}
+		d, _ := sub.next(t, 5, 10*time.Second)
+		if d.FixedHeader.Type != packets.Publish || string(d.Payload) != "held" {
+			t.Fatalf("want the delivery, got type %d %q", d.FixedHeader.Type, d.Payload)
+		}
+		// Its own QoS 2 publish under P: PUBREC, PUBREL, PUBCOMP (mochi
+		// reports the PUBREL as a completed QoS flow of packet id P).
+		sub.send(t, 5, publishPacket("own-out/"+randHex(4), 2, d.PacketID, "mine"))
+		if pk, _ := sub.next(t, 5, 10*time.Second); pk.FixedHeader.Type != packets.Pubrec || pk.PacketID != d.PacketID {
+			t.Fatalf("want PUBREC %d of the client's own publish, got type %d id %d", d.PacketID, pk.FixedHeader.Type, pk.PacketID)
+		}
+		sub.send(t, 5, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrel, Qos: 1}, PacketID: d.PacketID})
+		if pk, _ := sub.next(t, 5, 10*time.Second); pk.FixedHeader.Type != packets.Pubcomp || pk.PacketID != d.PacketID {
+			t.Fatalf("want PUBCOMP %d, got type %d id %d", d.PacketID, pk.FixedHeader.Type, pk.PacketID)
+		}
+		sub.close()
+		var rec *state.Session
+		waitFor(t, 10*time.Second, "the disconnect record", func() bool {
+			rec = sessionIn(t, readTable(t, ca.Kafka.Brokers, ca.State.SessionsTopic), id)
+			return rec != nil && !rec.Connected
+		})
+		if len(rec.Pending) != 1 || rec.Pending[0].PacketID != d.PacketID {
+			t.Fatalf("the unacknowledged delivery (id %d) is not pending in the record: %+v", d.PacketID, rec.Pending)
+		}
+		again := dialLight5(t, b.MQTTAddr(), id, false, props)
+		r, _ := again.next(t, 5, 10*time.Second)
+		if r.FixedHeader.Type != packets.Publish || string(r.Payload) != "held" || r.PacketID != d.PacketID || !r.FixedHeader.Dup {
+			t.Fatalf("resume on b: got type %d %q id %d dup %v, want the delivery again with id %d and DUP",
+				r.FixedHeader.Type, r.Payload, r.PacketID, r.FixedHeader.Dup, d.PacketID)
+		}
+	})
 }

@@ -2,13 +2,11 @@ package bridge
 
 import (
 	"context"
-	"log/slog"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -17,25 +15,8 @@ import (
 // that is CreateTime (kfake keeps the LogAppendTime config but does not
 // apply it); the line said LogAppendTime.
 func TestCreatedTopicLogSaysRealTimestampType(t *testing.T) {
-	logs := new(lockedBuffer)
-	b, err := New(testConfig(""), slog.New(slog.NewTextHandler(logs, nil)), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- b.Run(context.Background()) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		b.Close(ctx)
-	})
-	select {
-	case <-b.Ready():
-	case err := <-errc:
-		t.Fatalf("bridge.Run: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("bridge not ready within 30s")
-	}
+	b, logs, errc := runLogged(t, testConfig(""))
+	awaitReady(t, b, errc)
 	topic := uniqueTopic("stamp")
 	c := connectPaho(t, b.MQTTAddr(), "stamp-"+randHex(3))
 	if tok := c.Publish(topic, 1, false, "x"); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
