@@ -151,6 +151,15 @@ func (p *sessionPositions) sent(pid uint16, c coord) {
 	p.mu.Unlock()
 }
 
+// isPending reports whether a delivery under packet id pid awaits its
+// acknowledgement.
+func (p *sessionPositions) isPending(pid uint16) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.pending[pid]
+	return ok
+}
+
 // acked records the client's acknowledgement of packet id pid.
 func (p *sessionPositions) acked(pid uint16) {
 	p.mu.Lock()

@@ -125,6 +125,10 @@ func (rs *replayRun) catchUp(ctx context.Context) error {
 		return err
 	}
 	rs.o.pos.endResend()
+	// Live deliveries wait until the last pass has written its older
+	// messages (replay_hold.go).
+	release := rs.o.live.start(&rs.r.h.holding)
+	defer release()
 	rs.goLive()
 	// What Kafka appended between the listing and the subscriptions going
 	// live: read it too (a message delivered live meanwhile comes twice).
@@ -380,7 +384,7 @@ func (rs *replayRun) waitWindow(ctx context.Context) error {
 	if rs.cl.Properties.ProtocolVersion == 5 && rs.cl.Properties.Props.ReceiveMaximum > 0 {
 		window = int(rs.cl.Properties.Props.ReceiveMaximum)
 	}
-	for rs.cl.State.Inflight.Len() >= window {
+	for rs.cl.State.Inflight.Len()-int(rs.o.live.held.Load()) >= window {
 		if rs.cl.Closed() {
 			return errors.New("client gone")
 		}

@@ -58,6 +58,7 @@ type sessionHook struct {
 	replays    *replayer          // nil: no replay (tests of the hook alone)
 	subscribed func(*mqtt.Client) // tells the forward hook a connection receives deliveries
 	wills      *willKeeper        // publishes the Wills of dead instances' clients (nil: off)
+	holding    atomic.Int32       // sessions holding live deliveries (replay_hold.go)
 }
 
 // ownedSession is a session this instance owns: the connection that
@@ -72,6 +73,8 @@ type ownedSession struct {
 	// catches up; they go live in the broker after it (replay.go).
 	smu     sync.Mutex
 	resumed []state.Subscription
+
+	live liveHold // live deliveries wait while the replay's last pass runs
 }
 
 func (o *ownedSession) takeResumed() []state.Subscription {
@@ -99,7 +102,8 @@ func (h *sessionHook) ID() string { return "ferry-sessions" }
 func (h *sessionHook) Provides(b byte) bool {
 	switch b {
 	case mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnSubscribed, mqtt.OnUnsubscribed,
-		mqtt.OnDisconnect, mqtt.OnClientExpired, mqtt.OnQosPublish, mqtt.OnPacketRead, mqtt.OnQosDropped:
+		mqtt.OnDisconnect, mqtt.OnClientExpired, mqtt.OnQosPublish, mqtt.OnPacketRead, mqtt.OnQosDropped,
+		mqtt.OnPacketEncode:
 		return true
 	}
 	return false
@@ -341,8 +345,18 @@ func (h *sessionHook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, 
 		return
 	}
 	if o := h.ownedBy(cl); o != nil && o.pos != nil {
+		// mochi resends a resumed session's in-flight messages itself, DUP
+		// set, reported here with resends 0: the coordinate recorded at the
+		// first send stays (an injection of the same origin running now is
+		// another message).
+		if pk.FixedHeader.Dup && o.pos.isPending(pk.PacketID) {
+			return
+		}
 		if c, ok := h.inj.of(pk.Origin); ok {
 			o.pos.sent(pk.PacketID, c)
+		}
+		if o.live.waiting() != nil {
+			o.live.held.Add(1)
 		}
 	}
 }

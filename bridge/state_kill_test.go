@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -42,30 +43,52 @@ func (in *seqInbox) snapshot() []string {
 // number of duplicates.
 func checkStreams(t *testing.T, got []string, n int, streams ...string) int {
 	t.Helper()
-	dups := 0
-	for _, s := range streams {
-		seen := map[int]bool{}
-		next := 0
-		for _, p := range got {
-			var k int
-			if _, err := fmt.Sscanf(p, s+"-%d", &k); err != nil || !strings.HasPrefix(p, s+"-") {
-				continue
-			}
-			if seen[k] {
-				dups++
-				continue
-			}
-			if k != next {
-				t.Fatalf("stream %s: got %d where %d was next (out of order or missing)", s, k, next)
-			}
-			seen[k] = true
-			next++
-		}
-		if next != n {
-			t.Fatalf("stream %s: %d of %d arrived", s, next, n)
-		}
+	dups, err := streamsInOrder(got, n, streams...)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return dups
+}
+
+// streamsInOrder is checkStreams without the test: payloads "<stream>-<n>"
+// of other streams are ignored; it returns the duplicates and the first
+// problem found (a message missing, or a first arrival out of order).
+func streamsInOrder(got []string, n int, streams ...string) (int, error) {
+	type progress struct {
+		seen map[int]bool
+		next int
+	}
+	want := make(map[string]*progress, len(streams))
+	for _, s := range streams {
+		want[s] = &progress{seen: map[int]bool{}}
+	}
+	dups := 0
+	for _, p := range got {
+		i := strings.LastIndexByte(p, '-')
+		if i < 0 {
+			continue
+		}
+		st := want[p[:i]]
+		k, err := strconv.Atoi(p[i+1:])
+		if st == nil || err != nil {
+			continue
+		}
+		if st.seen[k] {
+			dups++
+			continue
+		}
+		if k != st.next {
+			return dups, fmt.Errorf("stream %s: got %d where %d was next (out of order or missing)", p[:i], k, st.next)
+		}
+		st.seen[k] = true
+		st.next++
+	}
+	for _, s := range streams {
+		if want[s].next != n {
+			return dups, fmt.Errorf("stream %s: %d of %d arrived", s, want[s].next, n)
+		}
+	}
+	return dups, nil
 }
 
 // TestSessionSurvivesKill9AcrossInstances (the state issue's proof): three

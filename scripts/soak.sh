@@ -15,6 +15,13 @@
 #                              processes behind HAProxy, 300 publishers x 20,000 QoS 1 msgs, one
 #                              instance killed with SIGKILL; 100,000 reverse records; prints acked,
 #                              in Kafka, lost, duplicated and the reconnect time
+#   scripts/soak.sh sessions   TestSessionsSoakKill9 full size (FERRY_SOAK_FULL=1): 3 Ferry processes
+#                              behind HAProxy, 1,000 persistent sessions (a third MQTT 5) in 50
+#                              groups, 6 QoS 1 publishers x 5,000 msgs, one instance killed with
+#                              SIGKILL at a random moment (FERRY_SOAK_SEED repeats one); prints
+#                              acknowledged, expected, delivered, duplicates, resumed sessions and
+#                              reconnect -> first redelivered message p50/p99
+#                              (FERRY_SOAK_SIZE=sessions,groups,publishers,per-stream,rate resizes)
 #   scripts/soak.sh memory     TestIdleConnectionMemory: idle RSS per connection at 1,000 and
 #                              10,000 connections, projected to 100,000
 #
@@ -44,8 +51,9 @@ garbage | all) FERRY_SOAK_FULL=1 run -timeout 20m -run '^(TestBadInputGarbage|Te
 cluster | all) FERRY_TEST_CLUSTER=1 run -timeout 20m -run '^TestThreeBrokersKillOne$' ;;&
 hung | all) FERRY_TEST_CLUSTER=1 run -timeout 10m -run '^TestThreeBrokersHungBroker$' ;;&
 scaleout | all) FERRY_SOAK_FULL=1 run -timeout 30m -run '^TestScaleOutHAProxy$' ;;&
+sessions | all) FERRY_SOAK_FULL=1 run -timeout 30m -run '^TestSessionsSoakKill9$' ;;&
 memory | all) run -timeout 10m -run '^TestIdleConnectionMemory$' ;;&
-soak | storm | garbage | cluster | hung | scaleout | memory | all) ;;
+soak | storm | garbage | cluster | hung | scaleout | sessions | memory | all) ;;
 *)
 	sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
 	exit 2

@@ -1,0 +1,108 @@
+package bridge
+
+import (
+	"testing"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/ferry-bridge/ferry/state"
+	"github.com/ferry-bridge/ferry/topicmap"
+)
+
+// TestSessionPositionsFollowAcks: a persistent session's record follows its
+// client's acknowledgements. After the client acknowledged 10 QoS 1
+// deliveries, the checkpoint (every second while positions move) writes a
+// position one past the last of them and nothing pending. mochi reports an
+// acknowledged delivery to OnQosComplete with the client's PUBACK, not with
+// the PUBLISH; when the hook ignored every packet but a PUBLISH, deliveries
+// stayed pending forever, the position never moved, the record grew with
+// every delivery, and a resume after a crash redelivered everything since
+// the subscription (TestSessionsSoakKill9 counted each as a duplicate).
+func TestSessionPositionsFollowAcks(t *testing.T) {
+	stateModes(t, func(t *testing.T, ca, _ Config) {
+		a := startBridge(t, ca)
+		id, topic := "dev-"+randHex(4), "pos/"+randHex(4)
+		ktopic, err := topicmap.EncodeTopic(topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		col := &collector{}
+		subscribePaho(t, a.MQTTAddr(), id, topic, false, col)
+		pub := connectPaho(t, a.MQTTAddr(), "pub-"+randHex(4))
+		publishN(t, pub, topic, 0, 10)
+		waitFor(t, 10*time.Second, "10 deliveries", func() bool { return col.len() >= 10 })
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			rec := sessionIn(t, readTable(t, ca.Kafka.Brokers, ca.State.SessionsTopic), id)
+			if positionAt(rec, ktopic, 10) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("15 s after 10 acknowledged deliveries the session record has positions %+v and pending %+v; "+
+					"want %s offset 10, delivered 10, nothing pending", positionsOf(rec), pendingOf(rec), ktopic)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
+}
+
+func positionAt(rec *state.Session, ktopic string, off int64) bool {
+	if rec == nil || len(rec.Pending) > 0 {
+		return false
+	}
+	for _, p := range rec.Positions {
+		if p.Topic == ktopic && p.Partition == 0 && p.Offset == off && p.Delivered == off {
+			return true
+		}
+	}
+	return false
+}
+
+func positionsOf(rec *state.Session) []state.Position {
+	if rec == nil {
+		return nil
+	}
+	return rec.Positions
+}
+
+func pendingOf(rec *state.Session) []state.Pending {
+	if rec == nil {
+		return nil
+	}
+	return rec.Pending
+}
+
+// TestResendKeepsItsCoordinate: mochi resends a resumed session's in-flight
+// messages itself (same instance) with DUP set, and reports each to
+// OnQosPublish as a new send (resends 0, v2.7.9). Its coordinate is the one
+// recorded when it was first sent; the injection running at that moment
+// under the same origin (the publisher's next message delivered locally, or
+// the reverse path's next record) is another message. Taking that one
+// moved the position past messages the client never received: after the
+// next crash a resume skipped them (the full-size sessions soak lost a
+// whole stream of two sessions this way, a hypothesis this test pins).
+func TestResendKeepsItsCoordinate(t *testing.T) {
+	server := mqtt.New(&mqtt.Options{InlineClient: true})
+	h := newSessionHook(testLogger(t), server, nil, "a", time.Second, nil)
+	h.inj = new(injections)
+	cl := server.NewClient(nil, "t", "dev", false)
+	o := &ownedSession{cl: cl, pos: newSessionPositions(nil, nil)}
+	h.owned["dev"] = o
+	first := coord{"k", 0, 7}
+	live := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, PacketID: 3, Origin: "pub"}
+	h.inj.begin("pub", first)
+	h.OnQosPublish(cl, live, 0, 0)
+	h.inj.end("pub")
+	// The resend, while the publisher's message at offset 40 is injected.
+	h.inj.begin("pub", coord{"k", 0, 40})
+	resend := live
+	resend.FixedHeader.Dup = true
+	h.OnQosPublish(cl, resend, 0, 0)
+	h.inj.end("pub")
+	_, _ = h.OnPacketRead(cl, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: 3})
+	if pos := o.pos.snapshot(); len(pos) != 1 || pos[0].Offset != 8 || pos[0].Delivered != 8 {
+		t.Fatalf("after the resent delivery of offset 7 was acknowledged the positions are %+v, want offset 8, delivered 8", pos)
+	}
+}

@@ -1,0 +1,600 @@
+package bridge
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+	pahov3 "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/ferry-bridge/ferry/internal/kafkatest"
+	"github.com/ferry-bridge/ferry/topicmap"
+)
+
+// soakSize is the shape of one sessions soak.
+type soakSize struct {
+	sessions   int // persistent sessions, spread over the groups
+	groups     int // a session of group k subscribes to <prefix>/g<k>/#
+	publishers int // each publishes one stream per group: <prefix>/g<k>/p<j>
+	perStream  int // messages per stream
+	rate       int // messages per second per publisher (an upper bound)
+}
+
+func (s soakSize) messages() int { return s.publishers * s.groups * s.perStream }
+func (s soakSize) publishing() float64 {
+	return float64(s.groups*s.perStream) / float64(s.rate)
+}
+
+// soakSizeFor is the CI size, the full size (FERRY_SOAK_FULL=1, scripts/soak.sh
+// sessions), or FERRY_SOAK_SIZE=sessions,groups,publishers,per-stream,rate.
+func soakSizeFor(t *testing.T) soakSize {
+	s := soakSize{sessions: 60, groups: 6, publishers: 3, perStream: 60, rate: 120}
+	if fullSize() {
+		s = soakSize{sessions: 1000, groups: 50, publishers: 6, perStream: 100, rate: 300}
+	}
+	if v := os.Getenv("FERRY_SOAK_SIZE"); v != "" {
+		if _, err := fmt.Sscanf(v, "%d,%d,%d,%d,%d", &s.sessions, &s.groups, &s.publishers, &s.perStream, &s.rate); err != nil ||
+			s.groups < 1 || s.sessions < s.groups || s.publishers < 3 || s.perStream < 1 || s.rate < 1 {
+			t.Fatalf("FERRY_SOAK_SIZE=%q: want sessions (>= groups),groups (>= 1),publishers (>= 3),per-stream (>= 1),rate (>= 1): %v", v, err)
+		}
+	}
+	return s
+}
+
+// soakSeed is FERRY_SOAK_SEED, or the time.
+func soakSeed(t *testing.T) uint64 {
+	if v := os.Getenv("FERRY_SOAK_SEED"); v != "" {
+		seed, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("FERRY_SOAK_SEED=%q: %v", v, err)
+		}
+		return seed
+	}
+	return uint64(time.Now().UnixNano())
+}
+
+// TestSessionsSoakKill9 (the state issue's soak): three cmd/bridge
+// processes on one Kafka behind HAProxy; persistent sessions (MQTT 3.1.1
+// clean session 0, every third one MQTT 5 with a session expiry) connect
+// through HAProxy and subscribe QoS 1 to their group's filter; QoS 1
+// publishers connected to every instance publish sequenced streams, one per
+// group each, at a bounded rate. At a random moment during publishing
+// (seeded: FERRY_SOAK_SEED repeats a run) one instance is killed with
+// SIGKILL. Its sessions reconnect through HAProxy without subscribing and
+// must get Session Present 1; its publishers reconnect and resend what was
+// not acknowledged. Every acknowledged message must reach every session of
+// its group, each stream's first arrivals in order (duplicates counted).
+// The figures line gives the time from a resume's CONNACK to its first
+// message, for sessions that had messages pending. CI size by default;
+// FERRY_SOAK_FULL=1 (scripts/soak.sh sessions) runs 1,000 sessions.
+func TestSessionsSoakKill9(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	size := soakSizeFor(t)
+	seed := soakSeed(t)
+	t.Logf("seed %d (FERRY_SOAK_SEED=%d repeats this run's kill moment and victim)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	if lim := raiseNoFile(t, uint64(4*size.sessions+4096)); lim < uint64(2*size.sessions+1024) {
+		t.Fatalf("RLIMIT_NOFILE is %d: too low for %d sessions", lim, size.sessions)
+	}
+
+	run := randHex(3)
+	prefix := "ferrytest/soak" + run
+	var ktopics []string
+	for k := range size.groups {
+		for j := range size.publishers {
+			kt, err := topicmap.EncodeTopic(soakTopic(prefix, k, j))
+			if err != nil {
+				t.Fatal(err)
+			}
+			kafkatest.CreateTopic(t, brokers, kt, 1, nil)
+			ktopics = append(ktopics, kt)
+		}
+	}
+	var inst []*ferryProcess
+	var backends []string
+	for i := range 3 {
+		p := startFerry(t, fmt.Sprintf("ferry-%d", i), "", "FERRY_KAFKA_BROKERS="+brokers,
+			fmt.Sprintf("FERRY_INSTANCE_ID=soak%s-%d", run, i), "FERRY_KAFKA_ACK_TIMEOUT=5s",
+			"FERRY_REVERSE_TOPICS="+strings.Join(ktopics, ","), "FERRY_REVERSE_START_OFFSET=earliest")
+		inst = append(inst, p)
+		backends = append(backends, p.MQTTAddr)
+	}
+	lb := startHAProxy(t, backends)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+
+	// Sessions: connect through HAProxy and subscribe, some at a time.
+	acked := make([]atomic.Int64, size.groups) // acknowledged messages per group
+	sessions := make([]*soakSession, size.sessions)
+	ready := make(chan error, size.sessions)
+	gate := make(chan struct{}, 16)
+	for i := range sessions {
+		s := &soakSession{id: fmt.Sprintf("soak%s-s%d", run, i), group: i % size.groups, v5: i%3 == 2,
+			addr: lb.addr, acked: &acked[i%size.groups]}
+		s.filter = fmt.Sprintf("%s/g%d/#", prefix, s.group)
+		sessions[i] = s
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.run(ctx, gate, ready)
+		}()
+	}
+	for range sessions {
+		select {
+		case err := <-ready:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatal("sessions not subscribed within 60 s")
+		}
+	}
+
+	// Publishers: the first connection straight to instance j%3 (so every
+	// instance has publishers), reconnections through HAProxy.
+	pubs := make([]*soakPublisher, size.publishers)
+	pubErrs := make(chan error, size.publishers)
+	start := time.Now()
+	for j := range pubs {
+		p := &soakPublisher{id: fmt.Sprintf("soak%s-p%d", run, j), j: j, prefix: prefix, size: size,
+			first: inst[j%3].MQTTAddr, lb: lb.addr, acked: acked}
+		pubs[j] = p
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pubErrs <- p.run(ctx, start)
+		}()
+	}
+
+	// The kill, at a random moment of the nominal publishing time.
+	victim := rng.IntN(3)
+	at := time.Duration((0.1 + 0.7*rng.Float64()) * size.publishing() * float64(time.Second))
+	time.Sleep(time.Until(start.Add(at)))
+	inst[victim].kill9()
+	killed := time.Since(start)
+	var published int64
+	for k := range acked {
+		published += acked[k].Load()
+	}
+	t.Logf("killed instance %d (SIGKILL) %s after publishing started, %d of %d messages acknowledged by then",
+		victim, killed.Round(time.Millisecond), published, size.messages())
+
+	for range pubs {
+		select {
+		case err := <-pubErrs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(2*time.Minute + time.Duration(3*size.publishing()*float64(time.Second))):
+			t.Fatal("publishers did not finish")
+		}
+	}
+	pubTook := time.Since(start)
+
+	// Every session has every acknowledged message of its group.
+	want := size.publishers * size.perStream
+	deadline := 60 * time.Second
+	if fullSize() {
+		deadline = 10 * time.Minute
+	}
+	// On time out the checks below name what is missing.
+	for end := time.Now().Add(deadline); ; time.Sleep(20 * time.Millisecond) {
+		short := 0
+		for _, s := range sessions {
+			if s.distinctCount() < want {
+				short++
+			}
+		}
+		if short == 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Errorf("%s after publishing ended, %d of %d sessions still miss acknowledged messages", deadline, short, len(sessions))
+			break
+		}
+	}
+	fig := soakFigures{size: size, seed: seed, victim: victim, killedAt: killed, published: pubTook}
+	streams := make([][]string, size.groups)
+	for k := range streams {
+		for j := range size.publishers {
+			streams[k] = append(streams[k], soakStream(k, j))
+		}
+	}
+	bad := 0
+	for _, s := range sessions {
+		got := s.snapshot()
+		dups, err := streamsInOrder(got, size.perStream, streams[s.group]...)
+		if err != nil {
+			bad++
+			if bad <= 10 {
+				t.Errorf("session %s (v5 %v, %d resumes): %v; its arrivals: %s", s.id, s.v5, s.resumeCount(), err, arrivalsOf(got, err))
+			}
+		}
+		fig.add(s, len(got), dups)
+	}
+	for k := range acked {
+		fig.acked += int(acked[k].Load())
+		fig.expected += int(acked[k].Load()) * (size.sessions/size.groups + boolInt(k < size.sessions%size.groups))
+	}
+	t.Logf("sessions soak: %s", fig)
+	for _, s := range sessions {
+		for _, e := range s.errors() {
+			t.Errorf("session %s: %s", s.id, e)
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d sessions miss acknowledged messages or got them out of order", bad, len(sessions))
+	}
+	if fig.acked != size.messages() {
+		t.Errorf("acknowledged %d of %d messages: publishers gave up", fig.acked, size.messages())
+	}
+	if fig.resumed == 0 {
+		t.Errorf("no session was on the killed instance: HAProxy did not spread them")
+	}
+}
+
+func soakTopic(prefix string, group, pub int) string {
+	return fmt.Sprintf("%s/g%d/p%d", prefix, group, pub)
+}
+
+func soakStream(group, pub int) string { return fmt.Sprintf("g%dp%d", group, pub) }
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// soakFigures are the results of one sessions soak.
+type soakFigures struct {
+	size                  soakSize
+	seed                  uint64
+	victim                int
+	killedAt, published   time.Duration
+	acked, expected       int
+	delivered, dups       int
+	resumed, v5           int
+	firstAfter            latencies
+	noneAfter, notPending int
+}
+
+func (f *soakFigures) add(s *soakSession, delivered, dups int) {
+	f.delivered += delivered
+	f.dups += dups
+	if s.v5 {
+		f.v5++
+	}
+	rs := s.resumeList()
+	if len(rs) > 0 {
+		f.resumed++
+	}
+	for _, r := range rs {
+		switch {
+		case !r.pending:
+			f.notPending++
+		case r.first.IsZero():
+			f.noneAfter++
+		default:
+			f.firstAfter = append(f.firstAfter, max(0, r.first.Sub(r.connack)))
+		}
+	}
+}
+
+func (f soakFigures) String() string {
+	return fmt.Sprintf("%d sessions (%d MQTT 5), 3 instances, %d publishers, instance %d killed at %s (publishing took %s); "+
+		"messages acknowledged %d, deliveries expected %d, delivered %d, duplicates %d, resumed sessions %d; "+
+		"reconnect CONNACK -> first redelivered message p50 %.1f ms p99 %.1f ms (n=%d; %d resumes had nothing pending, %d got nothing); seed %d",
+		f.size.sessions, f.v5, f.size.publishers, f.victim, f.killedAt.Round(time.Millisecond), f.published.Round(time.Millisecond),
+		f.acked, f.expected, f.delivered, f.dups, f.resumed,
+		ms(f.firstAfter.pct(0.5)), ms(f.firstAfter.pct(0.99)), len(f.firstAfter), f.notPending, f.noneAfter, f.seed)
+}
+
+// soakSession is one persistent session's client: it connects through
+// HAProxy, subscribes once, and after losing its connection reconnects
+// without subscribing, expecting Session Present 1.
+type soakSession struct {
+	id, filter, addr string
+	group            int
+	v5               bool
+	acked            *atomic.Int64 // acknowledged messages of its group so far
+
+	mu       sync.Mutex
+	got      []string
+	distinct map[string]bool
+	resumes  []*soakResume
+	errs     []string
+}
+
+// soakResume is one reconnection of a session.
+type soakResume struct {
+	connack time.Time // when the reconnect's CONNACK was read
+	pending bool      // at CONNACK, messages acknowledged to publishers had not arrived before it
+	first   time.Time // the first message that arrived on this connection
+}
+
+func (s *soakSession) add(payload string, r *soakResume) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.got = append(s.got, payload)
+	if s.distinct == nil {
+		s.distinct = map[string]bool{}
+	}
+	s.distinct[payload] = true
+	if r != nil && r.first.IsZero() {
+		r.first = now
+	}
+}
+
+func (s *soakSession) fail(format string, a ...any) {
+	s.mu.Lock()
+	s.errs = append(s.errs, fmt.Sprintf(format, a...))
+	s.mu.Unlock()
+}
+
+func (s *soakSession) distinctCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.distinct)
+}
+
+func (s *soakSession) snapshot() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.got...)
+}
+
+func (s *soakSession) errors() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.errs...)
+}
+
+func (s *soakSession) resumeCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.resumes)
+}
+
+func (s *soakSession) resumeList() []soakResume {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]soakResume, len(s.resumes))
+	for i, r := range s.resumes {
+		out[i] = *r
+	}
+	return out
+}
+
+// run connects, subscribes (reporting to ready), and reconnects after every
+// loss of the connection until ctx ends.
+func (s *soakSession) run(ctx context.Context, gate chan struct{}, ready chan<- error) {
+	subscribed := false
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		if attempt > 0 {
+			select { // a device's back-off
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		if !subscribed {
+			gate <- struct{}{}
+		}
+		var r *soakResume
+		before := s.distinctCount() // what arrived before this connection
+		if subscribed {
+			r = &soakResume{}
+		}
+		lost, present, err := s.connect(ctx, r, !subscribed)
+		if r != nil && err == nil {
+			r.pending = int(s.acked.Load()) > before
+		}
+		if !subscribed {
+			<-gate
+		}
+		if err != nil {
+			if !subscribed && attempt >= 20 {
+				ready <- fmt.Errorf("session %s: %w", s.id, err)
+				return
+			}
+			continue
+		}
+		if subscribed {
+			s.mu.Lock()
+			s.resumes = append(s.resumes, r)
+			s.mu.Unlock()
+			if !present {
+				s.fail("resume %d: Session Present 0, want 1", s.resumeCount())
+			}
+		} else {
+			subscribed = true
+			ready <- nil
+		}
+		select {
+		case <-ctx.Done():
+		case <-lost:
+		}
+	}
+}
+
+// connect opens one connection (subscribing when sub), records the
+// CONNACK's time in r, and returns a channel closed when it is lost.
+func (s *soakSession) connect(ctx context.Context, r *soakResume, sub bool) (<-chan struct{}, bool, error) {
+	if s.v5 {
+		return s.connectV5(ctx, r, sub)
+	}
+	lost := make(chan struct{})
+	var once sync.Once
+	cl := pahov3.NewClient(pahov3.NewClientOptions().AddBroker("tcp://" + s.addr).SetClientID(s.id).
+		SetCleanSession(false).SetAutoReconnect(false).SetConnectRetry(false).SetOrderMatters(true).
+		SetKeepAlive(30 * time.Second).SetConnectTimeout(5 * time.Second).SetWriteTimeout(10 * time.Second).
+		SetDefaultPublishHandler(func(_ pahov3.Client, m pahov3.Message) { s.add(string(m.Payload()), r) }).
+		SetConnectionLostHandler(func(pahov3.Client, error) { once.Do(func() { close(lost) }) }))
+	tok := cl.Connect()
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		cl.Disconnect(0)
+		return nil, false, fmt.Errorf("connect: %v", tok.Error())
+	}
+	if r != nil {
+		r.connack = time.Now()
+	}
+	go func() {
+		<-ctx.Done()
+		cl.Disconnect(50)
+	}()
+	if sub {
+		st := cl.Subscribe(s.filter, 1, nil)
+		if !st.WaitTimeout(10*time.Second) || st.Error() != nil {
+			cl.Disconnect(0)
+			return nil, false, fmt.Errorf("subscribe: %v", st.Error())
+		}
+		if q := st.(*pahov3.SubscribeToken).Result()[s.filter]; q != 1 {
+			cl.Disconnect(0)
+			return nil, false, fmt.Errorf("subscribe: granted %#x", q)
+		}
+	}
+	return lost, tok.(*pahov3.ConnectToken).SessionPresent(), nil
+}
+
+func (s *soakSession) connectV5(ctx context.Context, r *soakResume, sub bool) (<-chan struct{}, bool, error) {
+	conn, err := net.DialTimeout("tcp", s.addr, 5*time.Second)
+	if err != nil {
+		return nil, false, err
+	}
+	c := paho.NewClient(paho.ClientConfig{Conn: conn, ClientID: s.id, PacketTimeout: 20 * time.Second,
+		OnClientError: func(error) {}, OnServerDisconnect: func(*paho.Disconnect) {},
+		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
+			s.add(string(pr.Packet.Payload), r)
+			return true, nil
+		}}})
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ca, err := c.Connect(cctx, &paho.Connect{ClientID: s.id, KeepAlive: 30, CleanStart: false,
+		Properties: &paho.ConnectProperties{SessionExpiryInterval: ptr[uint32](3600)}})
+	if err != nil || ca == nil || ca.ReasonCode != 0 {
+		conn.Close()
+		if err == nil && ca != nil {
+			err = fmt.Errorf("connack %#x", ca.ReasonCode)
+		}
+		return nil, false, fmt.Errorf("v5 connect: %w", err)
+	}
+	if r != nil {
+		r.connack = time.Now()
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			_ = c.Disconnect(&paho.Disconnect{})
+		case <-c.Done():
+		}
+	}()
+	if sub {
+		sa, err := c.Subscribe(cctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: s.filter, QoS: 1}}})
+		if err != nil || len(sa.Reasons) != 1 || sa.Reasons[0] != 1 {
+			conn.Close()
+			return nil, false, fmt.Errorf("v5 subscribe: %v %v", sa, err)
+		}
+	}
+	return c.Done(), ca.SessionPresent, nil
+}
+
+// soakPublisher publishes stream <prefix>/g<k>/p<j> for every group k:
+// message n of every stream, then n+1, at most size.rate a second. A
+// message not acknowledged is resent after reconnecting (through HAProxy);
+// the next message of a stream waits for the previous one's PUBACK, so a
+// resend cannot overtake it.
+type soakPublisher struct {
+	id, prefix, first, lb string
+	j                     int
+	size                  soakSize
+	acked                 []atomic.Int64 // per group
+}
+
+func (p *soakPublisher) run(ctx context.Context, start time.Time) error {
+	g := p.size.groups
+	interval := time.Duration(float64(g) / float64(p.size.rate) * float64(time.Second))
+	var cl pahov3.Client
+	defer func() {
+		if cl != nil {
+			cl.Disconnect(50)
+		}
+	}()
+	addr := p.first
+	for n := 0; n < p.size.perStream; n++ {
+		if d := time.Until(start.Add(time.Duration(n) * interval)); d > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(d):
+			}
+		}
+		left := make([]int, g) // groups whose message n is not acknowledged yet
+		for k := range left {
+			left[k] = k
+		}
+		for attempt := 0; len(left) > 0; attempt++ {
+			if ctx.Err() != nil || attempt > 100 {
+				return fmt.Errorf("publisher %s: message %d of %d streams not acknowledged after %d attempts", p.id, n, len(left), attempt)
+			}
+			if cl == nil || !cl.IsConnectionOpen() {
+				if cl != nil {
+					cl.Disconnect(0)
+					addr = p.lb
+					time.Sleep(100 * time.Millisecond)
+				}
+				cl = pahov3.NewClient(pahov3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(p.id).
+					SetCleanSession(true).SetAutoReconnect(false).SetConnectRetry(false).SetOrderMatters(false).
+					SetConnectTimeout(3 * time.Second).SetWriteTimeout(5 * time.Second))
+				if tok := cl.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+					continue
+				}
+			}
+			toks := make([]pahov3.Token, len(left))
+			for i, k := range left {
+				toks[i] = cl.Publish(soakTopic(p.prefix, k, p.j), 1, false, soakStream(k, p.j)+"-"+strconv.Itoa(n))
+			}
+			var still []int
+			for i, tok := range toks {
+				if tok.WaitTimeout(15*time.Second) && tok.Error() == nil {
+					p.acked[left[i]].Add(1)
+				} else {
+					still = append(still, left[i])
+				}
+			}
+			left = still
+			if len(left) > 0 {
+				cl.Disconnect(0)
+			}
+		}
+	}
+	return nil
+}
+
+// arrivalsOf lists the arrivals of the stream an error of streamsInOrder
+// names (at most 200).
+func arrivalsOf(got []string, err error) string {
+	var st string
+	if _, e := fmt.Sscanf(err.Error(), "stream %s", &st); e != nil {
+		return "?"
+	}
+	st = strings.TrimSuffix(st, ":")
+	var out []string
+	for _, p := range got {
+		if strings.HasPrefix(p, st+"-") && len(out) < 200 {
+			out = append(out, strings.TrimPrefix(p, st+"-"))
+		}
+	}
+	return strings.Join(out, " ")
+}
