@@ -46,9 +46,7 @@ func BenchmarkPersistentSubscribe(b *testing.B) {
 // Kafka topic its subscription maps to. Reports the bridge's heap growth
 // while they wait (the queue is a position: no copy in memory) and the
 // drain rate when the session resumes (a paho client acknowledging each,
-// replay window 64), then, for comparison in the same run, the reverse
-// path's live rate: n/4 records produced while the session is connected
-// (the topic is among reverse.topics).
+// replay window 64).
 //
 //	FERRY_TEST_KAFKA=127.0.0.1:9092 go test -run '^$' -bench BenchmarkOfflineQueue -benchtime 1x -timeout 20m ./bridge/
 func BenchmarkOfflineQueue(b *testing.B) {
@@ -57,6 +55,7 @@ func BenchmarkOfflineQueue(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("FERRY_BENCH_QUEUE")); err == nil && v > 0 {
 		n = v
 	}
+	br := startBridge(b, testConfig(brokers))
 	id := "qbench" + randHex(4)
 	topic := "bench/" + id + "/q"
 	kt, err := topicmap.EncodeTopic(topic)
@@ -64,9 +63,6 @@ func BenchmarkOfflineQueue(b *testing.B) {
 		b.Fatal(err)
 	}
 	kafkatest.CreateTopic(b, brokers, kt, 1, nil)
-	cfg := testConfig(brokers)
-	cfg.Reverse.Topics = []string{kt}
-	br := startBridge(b, cfg)
 	var got atomic.Int64
 	opts := func(o *pahov3.ClientOptions) {
 		o.SetCleanSession(false).SetOrderMatters(false).
@@ -81,17 +77,14 @@ func BenchmarkOfflineQueue(b *testing.B) {
 
 	p := kgoProducer(b, brokers)
 	payload := []byte("0123456789ab")
-	produce := func(n int) {
-		const chunk = 10000
-		for i := 0; i < n; i += chunk {
-			recs := make([]*kgo.Record, 0, chunk)
-			for j := i; j < min(i+chunk, n); j++ {
-				recs = append(recs, &kgo.Record{Topic: kt, Value: payload})
-			}
-			produceAll(b, p, recs)
+	const chunk = 10000
+	for i := 0; i < n; i += chunk {
+		recs := make([]*kgo.Record, 0, chunk)
+		for j := i; j < min(i+chunk, n); j++ {
+			recs = append(recs, &kgo.Record{Topic: kt, Value: payload})
 		}
+		produceAll(b, p, recs)
 	}
-	produce(n)
 	heap1 := heapInUse()
 
 	b.ResetTimer()
@@ -106,24 +99,10 @@ func BenchmarkOfflineQueue(b *testing.B) {
 	}
 	took := time.Since(start)
 	b.StopTimer()
-	// The reverse path's live rate, same session, same machine: the clock
-	// runs from the first record produced to the last delivered.
-	live := n / 4
-	start = time.Now()
-	produce(live)
-	for got.Load() < int64(n+live) {
-		if time.Now().After(deadline) {
-			b.Fatalf("live: %d of %d in time", got.Load()-int64(n), live)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	liveTook := time.Since(start)
 	b.ReportMetric(float64(heap1-heap0)/(1<<20), "queued-heap-MiB")
 	b.ReportMetric(float64(n)/took.Seconds(), "drain-msgs/s")
-	b.ReportMetric(float64(live)/liveTook.Seconds(), "live-msgs/s")
-	b.Logf("%d queued for an offline session: heap %+.1f MiB while queued; drained in %s (%.0f msg/s); then %d live through the reverse path in %s (%.0f msg/s)",
-		n, float64(heap1-heap0)/(1<<20), took.Round(time.Millisecond), float64(n)/took.Seconds(),
-		live, liveTook.Round(time.Millisecond), float64(live)/liveTook.Seconds())
+	b.Logf("%d queued for an offline session: heap %+.1f MiB while queued; drained in %s (%.0f msg/s)",
+		n, float64(heap1-heap0)/(1<<20), took.Round(time.Millisecond), float64(n)/took.Seconds())
 }
 
 func heapInUse() int64 {
