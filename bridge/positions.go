@@ -78,7 +78,12 @@ type sessionPositions struct {
 	// session resumes from its record): the replay resends them with their
 	// packet id and DUP.
 	resend map[coord]uint16
-	dirty  bool
+	// inherited are the deliveries in flight when the session resumed on
+	// this instance: mochi resends them itself, and the replay must skip
+	// them even once the client has acknowledged the resend (it may, before
+	// the replay reaches them).
+	inherited map[coord]bool
+	dirty     bool
 }
 
 func newSessionPositions(from []state.Position, pending []state.Pending) *sessionPositions {
@@ -109,6 +114,9 @@ func (p *sessionPositions) replayAction(c coord) (pid uint16, resend, skip bool)
 		delete(p.resend, c)
 		return id, true, false
 	}
+	if p.inherited[c] {
+		return 0, false, true
+	}
 	for _, q := range p.pending {
 		if q == c {
 			return 0, false, true
@@ -129,11 +137,25 @@ func (p *sessionPositions) reserved(pid uint16) bool {
 	return false
 }
 
+// inherit notes the deliveries in flight now, which mochi resends on a
+// resume on this instance (see inherited).
+func (p *sessionPositions) inherit() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inherited = make(map[coord]bool, len(p.pending))
+	for _, c := range p.pending {
+		p.inherited[c] = true
+	}
+}
+
 // endResend forgets resends the replay did not find (their records are
-// gone from Kafka): their packet ids are free again.
+// gone from Kafka): their packet ids are free again. The inherited
+// deliveries are older than the first pass's end: the later pass never
+// meets them.
 func (p *sessionPositions) endResend() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.inherited = nil
 	for c, id := range p.resend {
 		delete(p.resend, c)
 		delete(p.pending, id)

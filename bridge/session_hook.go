@@ -143,6 +143,7 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 			// This broker served the session: its positions are fresher than
 			// the record, and mochi resends its in-flight messages itself.
 			o.pos = old.pos
+			o.pos.inherit()
 		} else {
 			o.pos = newSessionPositions(prev.Positions, prev.Pending)
 		}
