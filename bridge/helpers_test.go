@@ -58,6 +58,20 @@ func stateEnv(t testing.TB) []string {
 		"FERRY_STATE_PARTITIONS=1"}
 }
 
+// useStateEnv gives an in-process bridge's config the state topics of
+// stateEnv, shared with the test's bridge processes.
+func useStateEnv(t testing.TB, cfg *Config) {
+	for _, kv := range stateEnv(t) {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "FERRY_STATE_SESSIONS_TOPIC":
+			cfg.State.SessionsTopic = v
+		case "FERRY_STATE_RETAINED_TOPIC":
+			cfg.State.RetainedTopic = v
+		}
+	}
+}
+
 // startBridge runs a bridge until the test ends.
 func startBridge(t testing.TB, cfg Config) *Bridge {
 	t.Helper()

@@ -149,15 +149,7 @@ func TestWillOfKilledInstance(t *testing.T) {
 	brokers := strings.Join(fake.ListenAddrs(), ",")
 
 	cb := testConfig(brokers)
-	for _, kv := range stateEnv(t) {
-		k, v, _ := strings.Cut(kv, "=")
-		switch k {
-		case "FERRY_STATE_SESSIONS_TOPIC":
-			cb.State.SessionsTopic = v
-		case "FERRY_STATE_RETAINED_TOPIC":
-			cb.State.RetainedTopic = v
-		}
-	}
+	useStateEnv(t, &cb)
 	cb.State.HeartbeatInterval, cb.State.InstanceLapse = testBeat, testLapse
 	b := startBridge(t, cb)
 	// x is of another cluster on the same Kafka (its own sessions topic):
@@ -323,15 +315,7 @@ func TestWillOfRestartedInstance(t *testing.T) {
 	brokers := strings.Join(fake.ListenAddrs(), ",")
 	const lapse = 10 * time.Second // longer than a restart takes
 	cb := testConfig(brokers)
-	for _, kv := range stateEnv(t) {
-		k, v, _ := strings.Cut(kv, "=")
-		switch k {
-		case "FERRY_STATE_SESSIONS_TOPIC":
-			cb.State.SessionsTopic = v
-		case "FERRY_STATE_RETAINED_TOPIC":
-			cb.State.RetainedTopic = v
-		}
-	}
+	useStateEnv(t, &cb)
 	cb.State.HeartbeatInterval, cb.State.InstanceLapse = testBeat, lapse
 	// The restarted a publishes the Will: it reaches b's subscriber through
 	// Kafka (b's reverse path).
