@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"sync/atomic"
 	"time"
 
@@ -39,15 +38,15 @@ import (
 // each with its own short-lived franz-go client reading only its
 // partitions.
 type replayer struct {
-	h       *sessionHook
-	log     *slog.Logger
-	tm      *topicmap.Map
-	opts    []kgo.Opt // seed brokers and security
-	admin   *kadm.Client
-	reverse []string // reverse.topics: names and /regex/
-	slots   chan struct{}
-	metrics *stateMetrics
-	stop    <-chan struct{}
+	h         *sessionHook
+	log       *slog.Logger
+	tm        *topicmap.Map
+	opts      []kgo.Opt // seed brokers and security
+	admin     *kadm.Client
+	isReverse func(kafkaTopic string) bool // among reverse.topics
+	slots     chan struct{}
+	metrics   *stateMetrics
+	stop      <-chan struct{}
 	// maxQueued (state.max_queued) caps the new messages of the first
 	// pass; queueDrops counts those beyond it.
 	maxQueued  int
@@ -412,7 +411,7 @@ func (rs *replayRun) candidates(ctx context.Context) ([]string, error) {
 		if topicmap.IsFerryTopic(name) || topicmap.IsInternalKafkaTopic(name) {
 			continue
 		}
-		if positioned[name] || rs.r.isReverseTopic(name) || rs.decodesToMatch(name) {
+		if positioned[name] || rs.r.isReverse(name) || rs.decodesToMatch(name) {
 			out = append(out, name)
 		}
 	}
@@ -426,19 +425,6 @@ func (rs *replayRun) decodesToMatch(kafkaTopic string) bool {
 	}
 	for _, s := range rs.subs {
 		if topicmap.MatchFilter(s.Filter, m) {
-			return true
-		}
-	}
-	return false
-}
-
-func (r *replayer) isReverseTopic(name string) bool {
-	for _, t := range r.reverse {
-		if isRegexTopic(t) {
-			if re, err := regexp.Compile("^(?:" + t[1:len(t)-1] + ")$"); err == nil && re.MatchString(name) {
-				return true
-			}
-		} else if t == name {
 			return true
 		}
 	}

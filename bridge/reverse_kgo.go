@@ -46,11 +46,7 @@ func reverseTopicOpts(topics []string) []kgo.Opt {
 	}
 	res := make([]string, 0, len(topics))
 	for _, t := range topics {
-		if isRegexTopic(t) {
-			res = append(res, "^(?:"+t[1:len(t)-1]+")$")
-		} else {
-			res = append(res, "^"+regexp.QuoteMeta(t)+"$")
-		}
+		res = append(res, anchoredTopic(t))
 	}
 	// Ferry's own state topics are never published to MQTT.
 	return []kgo.Opt{kgo.ConsumeTopics(res...), kgo.ConsumeRegex(), kgo.ConsumeExcludeTopics("^" + regexp.QuoteMeta(topicmap.FerryPrefix) + ".*$")}
@@ -63,6 +59,34 @@ func anyRegexTopic(topics []string) bool {
 		}
 	}
 	return false
+}
+
+// anchoredTopic is a reverse.topics entry as an anchored regex: a /regex/
+// as written, a name quoted.
+func anchoredTopic(t string) string {
+	if isRegexTopic(t) {
+		return "^(?:" + t[1:len(t)-1] + ")$"
+	}
+	return "^" + regexp.QuoteMeta(t) + "$"
+}
+
+// reverseTopicMatcher reports whether a Kafka topic is among reverse.topics
+// (entries compiled once; config validation has checked the regexes).
+func reverseTopicMatcher(topics []string) func(string) bool {
+	var res []*regexp.Regexp
+	for _, t := range topics {
+		if re, err := regexp.Compile(anchoredTopic(t)); err == nil {
+			res = append(res, re)
+		}
+	}
+	return func(name string) bool {
+		for _, re := range res {
+			if re.MatchString(name) {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 func isRegexTopic(t string) bool {

@@ -48,7 +48,7 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 	b.stateStop = make(chan struct{})
 	hook.replays = &replayer{h: hook, log: b.log.With("component", "replay"), tm: b.tm,
 		opts: append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, sec...), admin: kadm.NewClient(cl),
-		reverse: b.cfg.Reverse.Topics, slots: make(chan struct{}, maxReplays), metrics: sm, stop: b.stateStop,
+		isReverse: reverseTopicMatcher(b.cfg.Reverse.Topics), slots: make(chan struct{}, maxReplays), metrics: sm, stop: b.stateStop,
 		maxQueued: b.cfg.State.MaxQueued, queueDrops: b.metrics.drops.WithLabelValues("session_queue_full")}
 	// Wills of dead instances' clients (wills.go): liveness from the
 	// heartbeats the instance check reads; it sees every session record
