@@ -48,7 +48,7 @@ func newStateMetrics(reg prometheus.Registerer) (*stateMetrics, error) {
 		retainedWrites: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_state_retained_writes_total",
 			Help: "Retained-message changes written to the retained topic, by result (ok, error)."}, []string{"result"}),
 		replayed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_sessions_replayed_total",
-			Help: "Messages delivered from Kafka to resumed sessions, by kind (new: never acknowledged; duplicate: acknowledged before the session's last checkpoint was written)."}, []string{"kind"}),
+			Help: "Messages delivered from Kafka to resumed sessions, by kind (duplicate: the session's last written record shows it was delivered before, acknowledged or not, and it is sent with DUP; new: anything else, including what was delivered after that write)."}, []string{"kind"}),
 		replayFirst: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_sessions_replay_first_seconds",
 			Help: "From a resumed session's CONNACK to its first replayed message.", Buckets: latency}),
 		replayDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_sessions_replay_seconds",
