@@ -68,6 +68,7 @@ func TestValidateACLAndKeepalive(t *testing.T) {
 		{"negative keepalive", func(c *Config) { c.MQTT.MaxKeepalive = -time.Second }, "mqtt.max_keepalive", "-1s"},
 		{"fractional keepalive", func(c *Config) { c.MQTT.MaxKeepalive = 1500 * time.Millisecond }, "mqtt.max_keepalive", "1.5s"},
 		{"huge keepalive", func(c *Config) { c.MQTT.MaxKeepalive = 65536 * time.Second }, "mqtt.max_keepalive", "18h12m16s"},
+		{"zero write timeout", func(c *Config) { c.MQTT.WriteTimeout = 0 }, "mqtt.write_timeout", "0s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

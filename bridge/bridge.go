@@ -319,7 +319,7 @@ func (b *Bridge) mochiOptions() *mqtt.Options {
 
 func (b *Bridge) addListeners() error {
 	add := func(l listeners.Listener) error {
-		if err := b.server.AddListener(&writeTimeoutListener{Listener: l, timeout: mqttWriteTimeout}); err != nil {
+		if err := b.server.AddListener(&writeTimeoutListener{Listener: l, timeout: b.cfg.MQTT.WriteTimeout}); err != nil {
 			return fmt.Errorf("mqtt listener %s on %s: %w%s", l.ID(), l.Address(), err, inUseHint(err, listenerKey[l.ID()]))
 		}
 		return nil

@@ -89,6 +89,10 @@ type MQTTConfig struct {
 	// ClientWritesPending is mochi's per-client outbound queue length; lower it
 	// for very many connections. Default: 1024.
 	ClientWritesPending int `mapstructure:"client_writes_pending" yaml:"client_writes_pending"`
+	// WriteTimeout bounds one write to a client's socket: a subscriber that
+	// stops reading is disconnected after this long instead of blocking the
+	// publishers to its topics (writetimeout.go). Default: 10s.
+	WriteTimeout time.Duration `mapstructure:"write_timeout" yaml:"write_timeout"`
 	// ObscureNotAuthorized makes MQTT 5 refusals for lack of authorization
 	// (a denied SUBSCRIBE filter or PUBLISH) say 0x80 Unspecified error
 	// instead of 0x87 Not authorized, which some clients and test suites
@@ -275,6 +279,7 @@ func DefaultConfig() Config {
 			MaxPacketSize:       1 << 20,
 			MaxInflight:         1024,
 			ClientWritesPending: 1024,
+			WriteTimeout:        10 * time.Second,
 		},
 		Kafka: KafkaConfig{
 			EmbeddedPort:      9092,
@@ -357,6 +362,9 @@ func (c Config) Validate() error {
 	}
 	if c.MQTT.MaxInflight < 1 || c.MQTT.MaxInflight > 65535 {
 		bad("mqtt.max_inflight", c.MQTT.MaxInflight, "must be in 1..65535")
+	}
+	if c.MQTT.WriteTimeout <= 0 {
+		bad("mqtt.write_timeout", c.MQTT.WriteTimeout, "must be positive")
 	}
 	if c.MQTT.ClientWritesPending < 1 {
 		bad("mqtt.client_writes_pending", c.MQTT.ClientWritesPending, "must be at least 1")

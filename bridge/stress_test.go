@@ -200,6 +200,7 @@ func slowSubscriber(t *testing.T, stuckQoS byte) {
 	kafkatest.CreateTopic(t, brokers, k, 1, nil)
 	cfg := reverseConfig(brokers, k)
 	cfg.MQTT.ClientWritesPending = 256
+	cfg.MQTT.WriteTimeout = 2 * time.Second // how soon the stuck QoS 1 subscriber goes
 	b := startBridge(t, cfg)
 
 	// The stuck subscriber: a raw v3.1.1 client with a small receive buffer
