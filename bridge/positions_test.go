@@ -101,8 +101,36 @@ func TestResendKeepsItsCoordinate(t *testing.T) {
 	resend.FixedHeader.Dup = true
 	h.OnQosPublish(cl, resend, 0, 0)
 	h.inj.end("pub")
-	_, _ = h.OnPacketRead(cl, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: 3})
+	h.OnQosComplete(cl, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: 3})
 	if pos := o.pos.snapshot(); len(pos) != 1 || pos[0].Offset != 8 || pos[0].Delivered != 8 {
 		t.Fatalf("after the resent delivery of offset 7 was acknowledged the positions are %+v, want offset 8, delivered 8", pos)
+	}
+}
+
+// TestSessionAckIsTheClients: only the client's PUBACK or PUBCOMP
+// acknowledges a delivery. mochi reports its own acknowledgements of the
+// client's publishes to OnQosComplete too (the PUBACK of an inbound QoS 1
+// publish it answered, a PUBCOMP resent from the in-flight store), under
+// the client's packet id, which may equal a pending delivery's: taking
+// them for acknowledgements moved the position past a message the client
+// never acknowledged.
+func TestSessionAckIsTheClients(t *testing.T) {
+	server := mqtt.New(&mqtt.Options{InlineClient: true})
+	h := newSessionHook(testLogger(t), server, nil, "a", time.Second, nil)
+	cl := server.NewClient(nil, "t", "dev", false)
+	o := &ownedSession{cl: cl, pos: newSessionPositions(nil, nil)}
+	h.owned["dev"] = o
+	o.pos.sent(3, coord{"k", 0, 7})
+	for _, typ := range []byte{packets.Puback, packets.Pubcomp, packets.Pubrel} {
+		own := packets.Packet{FixedHeader: packets.FixedHeader{Type: typ}, PacketID: 3, Created: time.Now().Unix()}
+		h.OnQosComplete(cl, own)
+	}
+	h.OnQosComplete(cl, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrel}, PacketID: 3})
+	if pos := o.pos.snapshot(); len(pos) != 0 && pos[0].Offset != 7 {
+		t.Fatalf("after mochi's own acknowledgements under the delivery's packet id the positions are %+v, want none past offset 7", pos)
+	}
+	h.OnQosComplete(cl, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: 3})
+	if pos := o.pos.snapshot(); len(pos) != 1 || pos[0].Offset != 8 {
+		t.Fatalf("after the client's PUBACK the positions are %+v, want offset 8", pos)
 	}
 }

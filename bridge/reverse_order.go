@@ -63,7 +63,7 @@ func newInflightOrder(server *mqtt.Server) *inflightOrder {
 func (o *inflightOrder) ID() string { return "ferry-inflight-order" }
 
 func (o *inflightOrder) Provides(b byte) bool {
-	return bytes.Contains([]byte{mqtt.OnQosPublish, mqtt.OnPacketRead, mqtt.OnQosDropped,
+	return bytes.Contains([]byte{mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped,
 		mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnDisconnect}, []byte{b})
 }
 
@@ -93,14 +93,12 @@ func (o *inflightOrder) client(id string) *clientSeqs {
 	return c
 }
 
-// OnPacketRead ends a delivery the client acknowledged (PUBACK, PUBCOMP).
-// Not OnQosComplete: mochi also calls it with its own PUBACK of an inbound
-// QoS 1 publish, whose packet id is the client's and may equal a delivery's.
-func (o *inflightOrder) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
-	if t := pk.FixedHeader.Type; t == packets.Puback || t == packets.Pubcomp {
+// OnQosComplete ends a delivery the client acknowledged (PUBACK, PUBCOMP;
+// see clientAck).
+func (o *inflightOrder) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
+	if clientAck(&pk) {
 		o.complete(cl, pk.PacketID)
 	}
-	return pk, nil
 }
 
 func (o *inflightOrder) OnQosDropped(cl *mqtt.Client, pk packets.Packet) { o.complete(cl, pk.PacketID) }
@@ -278,4 +276,21 @@ func cmpUint(a, b uint64) int {
 		return 1
 	}
 	return 0
+}
+
+// clientAck reports whether a completion mochi reports to OnQosComplete is
+// the client's acknowledgement of a delivery: the PUBACK or PUBCOMP it
+// read from the wire. mochi also reports completions of the client's own
+// publishes there: the PUBREL of an inbound QoS 2 publish, and
+// acknowledgements it built itself (the PUBACK of an inbound QoS 1 publish
+// it answered, a PUBCOMP it resends from a resumed session's in-flight
+// store). Their packet id is the client's and may equal a delivery's; mochi
+// stamps what it builds with Created, a packet read from the wire has none.
+//
+// Not OnPacketRead: that hook runs for every packet a client sends, so
+// each PUBLISH would pay a call and two copies of the 800-byte packet per
+// hook on the forward path's hottest loop.
+func clientAck(pk *packets.Packet) bool {
+	t := pk.FixedHeader.Type
+	return (t == packets.Puback || t == packets.Pubcomp) && pk.Created == 0
 }

@@ -102,7 +102,7 @@ func (h *sessionHook) ID() string { return "ferry-sessions" }
 func (h *sessionHook) Provides(b byte) bool {
 	switch b {
 	case mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnSubscribed, mqtt.OnUnsubscribed,
-		mqtt.OnDisconnect, mqtt.OnClientExpired, mqtt.OnQosPublish, mqtt.OnPacketRead, mqtt.OnQosDropped,
+		mqtt.OnDisconnect, mqtt.OnClientExpired, mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped,
 		mqtt.OnPacketEncode:
 		return true
 	}
@@ -362,16 +362,12 @@ func (h *sessionHook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, 
 	}
 }
 
-// OnPacketRead records the client's acknowledgement of a delivery: its
-// PUBACK (QoS 1) or PUBCOMP (QoS 2). Not OnQosComplete: mochi passes it a
-// PUBACK both for a delivery the client acknowledged and for an inbound
-// QoS 1 publish it acknowledged itself, whose packet id is the client's
-// and may equal a pending delivery's.
-func (h *sessionHook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
-	if t := pk.FixedHeader.Type; t == packets.Puback || t == packets.Pubcomp {
+// OnQosComplete records the client's acknowledgement of a delivery: its
+// PUBACK (QoS 1) or PUBCOMP (QoS 2), see clientAck.
+func (h *sessionHook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
+	if clientAck(&pk) {
 		h.acked(cl, pk.PacketID)
 	}
-	return pk, nil
 }
 
 // OnQosDropped: mochi gave up a delivery (expired): not redelivered either.
