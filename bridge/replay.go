@@ -112,8 +112,10 @@ type replayRun struct {
 	connected time.Time
 	first     bool
 	delivered int
-	backlog   bool // the first pass: what matched while the client was away
-	queued    int  // new (not resent) messages of the backlog delivered
+	backlog   bool       // the first pass: what matched while the client was away
+	queued    int        // new (not resent) messages of the backlog delivered
+	later     *deferrals // the last pass: records kept behind live deliveries
+	hdrs      []topicmap.Header
 }
 
 func (rs *replayRun) catchUp(ctx context.Context) error {
@@ -127,12 +129,19 @@ func (rs *replayRun) catchUp(ctx context.Context) error {
 	// Live deliveries wait until the last pass has written its older
 	// messages (replay_hold.go).
 	release := rs.o.live.start(&rs.r.h.holding)
+	defer rs.o.live.end()
 	defer release()
 	rs.goLive()
 	// What Kafka appended between the listing and the subscriptions going
-	// live: read it too (a message delivered live meanwhile comes twice).
-	_, err = rs.pass(ctx, ends)
-	return err
+	// live: read it too (a message delivered live meanwhile comes twice),
+	// behind the live deliveries it meets (replay_defer.go).
+	rs.later = &deferrals{blocked: map[tp]uint16{}, kept: map[tp][]*kgo.Record{}}
+	ends, err = rs.pass(ctx, ends)
+	release()
+	if err != nil {
+		return err
+	}
+	return rs.drain(ctx, ends)
 }
 
 // goLive puts the resumed subscriptions into the broker's index.
@@ -227,7 +236,6 @@ func (rs *replayRun) read(ctx context.Context, assign map[string]map[int32]kgo.O
 		left += len(ps)
 	}
 	done := map[tp]bool{}
-	var hdrs []topicmap.Header
 	for left > 0 {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
@@ -244,14 +252,12 @@ func (rs *replayRun) read(ctx context.Context, assign map[string]map[int32]kgo.O
 			if werr != nil || done[k] || rec.Offset >= ends[k] {
 				return
 			}
-			hdrs = hdrs[:0]
-			for _, h := range rec.Headers {
-				hdrs = append(hdrs, topicmap.Header{Key: h.Key, Value: h.Value})
-			}
-			werr = rs.deliver(ctx, rec, hdrs)
+			werr = rs.take(ctx, rec)
 			if rec.Offset+1 >= ends[k] {
 				done[k] = true
-				rs.o.pos.replayed(k, ends[k])
+				if !rs.later.waits(k) { // else once its kept records are delivered
+					rs.o.pos.replayed(k, ends[k])
+				}
 				left--
 			}
 		})
@@ -260,6 +266,25 @@ func (rs *replayRun) read(ctx context.Context, assign map[string]map[int32]kgo.O
 		}
 	}
 	return nil
+}
+
+// take delivers rec, or keeps it behind a live delivery not yet written
+// (the last pass: replay_defer.go).
+func (rs *replayRun) take(ctx context.Context, rec *kgo.Record) error {
+	if rs.later.waits(tp{rec.Topic, rec.Partition}) {
+		rs.later.keep(rec)
+		return nil
+	}
+	return rs.deliverRecord(ctx, rec)
+}
+
+// deliverRecord delivers rec (deliver) with its headers.
+func (rs *replayRun) deliverRecord(ctx context.Context, rec *kgo.Record) error {
+	rs.hdrs = rs.hdrs[:0]
+	for _, h := range rec.Headers {
+		rs.hdrs = append(rs.hdrs, topicmap.Header{Key: h.Key, Value: h.Value})
+	}
+	return rs.deliver(ctx, rec, rs.hdrs)
 }
 
 // deliver writes one record to the client if it matches a subscription.
@@ -294,7 +319,14 @@ func (rs *replayRun) deliver(ctx context.Context, rec *kgo.Record, hdrs []topicm
 	c := coord{rec.Topic, rec.Partition, rec.Offset}
 	pid, resend, skip := rs.o.pos.replayAction(c)
 	if skip {
-		return nil // in flight here: mochi resends it
+		// In flight here: mochi resends it. A live delivery not yet
+		// written: the partition's later records wait for it.
+		if rs.later != nil {
+			if id, ok := rs.o.live.unwrittenAt(c); ok {
+				rs.later.block(c.tp(), id)
+			}
+		}
+		return nil
 	}
 	now := time.Now()
 	var expiry uint32
@@ -383,17 +415,25 @@ func (rs *replayRun) waitWindow(ctx context.Context) error {
 	if rs.cl.Properties.ProtocolVersion == 5 && rs.cl.Properties.Props.ReceiveMaximum > 0 {
 		window = int(rs.cl.Properties.Props.ReceiveMaximum)
 	}
-	for rs.cl.State.Inflight.Len()-int(rs.o.live.held.Load()) >= window {
-		if rs.cl.Closed() {
-			return errors.New("client gone")
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Millisecond):
+	for rs.cl.State.Inflight.Len()-rs.o.live.held() >= window {
+		if err := rs.pause(ctx); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// pause waits a millisecond, or fails when the client or the replay ends.
+func (rs *replayRun) pause(ctx context.Context) error {
+	if rs.cl.Closed() {
+		return errors.New("client gone")
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Millisecond):
+		return nil
+	}
 }
 
 // candidates lists the Kafka topics the subscriptions can draw from.

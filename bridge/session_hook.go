@@ -103,7 +103,7 @@ func (h *sessionHook) Provides(b byte) bool {
 	switch b {
 	case mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnSubscribed, mqtt.OnUnsubscribed,
 		mqtt.OnDisconnect, mqtt.OnClientExpired, mqtt.OnQosPublish, mqtt.OnPacketRead, mqtt.OnQosDropped,
-		mqtt.OnPacketEncode:
+		mqtt.OnPacketEncode, mqtt.OnPacketSent:
 		return true
 	}
 	return false
@@ -353,12 +353,11 @@ func (h *sessionHook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, 
 		if pk.FixedHeader.Dup && o.pos.isPending(pk.PacketID) {
 			return
 		}
-		if c, ok := h.inj.of(pk.Origin); ok {
+		c, ok := h.inj.of(pk.Origin)
+		if ok {
 			o.pos.sent(pk.PacketID, c)
 		}
-		if o.live.waiting() != nil {
-			o.live.held.Add(1)
-		}
+		o.live.enqueued(pk.PacketID, c)
 	}
 }
 
