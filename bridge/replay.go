@@ -36,13 +36,15 @@ import (
 // At most maxReplays run at once per instance (a reconnect storm after an
 // instance died waits its turn instead of opening thousands of readers),
 // each with its own short-lived franz-go client reading only its
-// partitions.
+// partitions, fetching at most replayFetchBytes at once; they share one
+// listing of the cluster's topics (replay_topics.go).
 type replayer struct {
 	h         *sessionHook
 	log       *slog.Logger
 	tm        *topicmap.Map
 	opts      []kgo.Opt // seed brokers and security
 	admin     *kadm.Client
+	topics    *topicLister                 // the cluster's topics, shared by the replays
 	isReverse func(kafkaTopic string) bool // among reverse.topics
 	slots     chan struct{}
 	metrics   *stateMetrics
@@ -53,8 +55,19 @@ type replayer struct {
 	queueDrops prometheus.Counter
 }
 
-// maxReplays bounds the replays running at once on one instance.
-const maxReplays = 8
+// maxReplays bounds the replays running at once on one instance. A replay
+// mostly waits (admin round trips, its client's acknowledgements), so a
+// storm of resumes is served faster by more of them; each holds a Kafka
+// client (a connection per broker it reads, a few goroutines) and one
+// fetch of at most replayFetchBytes (one record larger than that comes
+// whole): 32 of them buffer about 32 MiB, less than 8 did with franz-go's
+// defaults (a 50 MiB fetch per broker).
+const maxReplays = 32
+
+// replayFetchBytes caps one fetch of a replay's client. A replay writes at
+// most a Receive Maximum (64 for MQTT 3.1.1) of messages before their
+// acknowledgements: a larger fetch only waits in memory.
+const replayFetchBytes = 1 << 20
 
 // replayWindowV3 is how many replayed messages an MQTT 3.1.1 client (no
 // Receive Maximum) may have unacknowledged at once.
@@ -112,8 +125,11 @@ type replayRun struct {
 	connected time.Time
 	first     bool
 	delivered int
-	backlog   bool // the first pass: what matched while the client was away
-	queued    int  // new (not resent) messages of the backlog delivered
+	backlog   bool       // the first pass: what matched while the client was away
+	queued    int        // new (not resent) messages of the backlog delivered
+	later     *deferrals // the last pass: records kept behind live deliveries
+	liveAt    time.Time  // when the subscriptions went live (zero: first pass)
+	hdrs      []topicmap.Header
 }
 
 func (rs *replayRun) catchUp(ctx context.Context) error {
@@ -126,13 +142,21 @@ func (rs *replayRun) catchUp(ctx context.Context) error {
 	rs.o.pos.endResend()
 	// Live deliveries wait until the last pass has written its older
 	// messages (replay_hold.go).
-	release := rs.o.live.start(&rs.r.h.holding)
+	release := rs.o.live.start(&rs.r.h.holding, &rs.r.h.tracking)
+	defer rs.o.live.end(&rs.r.h.tracking)
 	defer release()
 	rs.goLive()
+	rs.liveAt = time.Now()
 	// What Kafka appended between the listing and the subscriptions going
-	// live: read it too (a message delivered live meanwhile comes twice).
-	_, err = rs.pass(ctx, ends)
-	return err
+	// live: read it too (a message delivered live meanwhile comes twice),
+	// behind the live deliveries it meets (replay_defer.go).
+	rs.later = &deferrals{blocked: map[tp]uint16{}, kept: map[tp][]*kgo.Record{}}
+	ends, err = rs.pass(ctx, ends)
+	release()
+	if err != nil {
+		return err
+	}
+	return rs.drain(ctx, ends)
 }
 
 // goLive puts the resumed subscriptions into the broker's index.
@@ -164,39 +188,38 @@ func (rs *replayRun) pass(ctx context.Context, from map[tp]int64) (map[tp]int64,
 	}
 	ends := map[tp]int64{}
 	endsL.Each(func(o kadm.ListedOffset) { ends[tp{o.Topic, o.Partition}] = o.Offset })
+	// The last pass goes on from the first pass's ends; a partition the
+	// first pass did not read (new since, or missed by its shared listing:
+	// replay_topics.go) starts as the first pass would have.
 	starts := map[tp]int64{}
-	if from != nil {
-		for k := range ends {
-			starts[k] = from[k] // a partition new since the first pass: from 0
+	known := map[tp]int64{}
+	for _, p := range rs.o.pos.snapshot() {
+		known[tp{p.Topic, p.Partition}] = p.Offset
+	}
+	var byTime []string
+	for k := range ends {
+		if off, ok := from[k]; ok {
+			starts[k] = off
+		} else if off, ok := known[k]; ok {
+			starts[k] = off
+		} else {
+			byTime = append(byTime, k.topic)
 		}
-	} else {
-		known := map[tp]int64{}
-		for _, p := range rs.o.pos.snapshot() {
-			known[tp{p.Topic, p.Partition}] = p.Offset
+	}
+	if len(byTime) > 0 {
+		after, err := rs.r.admin.ListOffsetsAfterMilli(ctx, rs.oldestSince(), dedupe(byTime)...)
+		if err == nil {
+			err = after.Error()
 		}
-		var byTime []string
-		for k := range ends {
-			if off, ok := known[k]; ok {
-				starts[k] = off
-			} else {
-				byTime = append(byTime, k.topic)
+		if err != nil {
+			return nil, fmt.Errorf("list offsets by time: %w", err)
+		}
+		after.Each(func(o kadm.ListedOffset) {
+			k := tp{o.Topic, o.Partition}
+			if _, ok := starts[k]; !ok {
+				starts[k] = o.Offset
 			}
-		}
-		if len(byTime) > 0 {
-			after, err := rs.r.admin.ListOffsetsAfterMilli(ctx, rs.oldestSince(), dedupe(byTime)...)
-			if err == nil {
-				err = after.Error()
-			}
-			if err != nil {
-				return nil, fmt.Errorf("list offsets by time: %w", err)
-			}
-			after.Each(func(o kadm.ListedOffset) {
-				k := tp{o.Topic, o.Partition}
-				if _, ok := known[k]; !ok {
-					starts[k] = o.Offset
-				}
-			})
-		}
+		})
 	}
 	assign := map[string]map[int32]kgo.Offset{}
 	for k, e := range ends {
@@ -217,7 +240,8 @@ func (rs *replayRun) pass(ctx context.Context, from map[tp]int64) (map[tp]int64,
 
 // read consumes the assigned partitions up to ends.
 func (rs *replayRun) read(ctx context.Context, assign map[string]map[int32]kgo.Offset, ends map[tp]int64) error {
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.ConsumePartitions(assign), kgo.FetchMaxWait(200 * time.Millisecond)}, rs.r.opts...)...)
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.ConsumePartitions(assign), kgo.FetchMaxWait(200 * time.Millisecond),
+		kgo.FetchMaxBytes(replayFetchBytes), kgo.MaxConcurrentFetches(1)}, rs.r.opts...)...)
 	if err != nil {
 		return fmt.Errorf("replay client: %w", err)
 	}
@@ -227,7 +251,6 @@ func (rs *replayRun) read(ctx context.Context, assign map[string]map[int32]kgo.O
 		left += len(ps)
 	}
 	done := map[tp]bool{}
-	var hdrs []topicmap.Header
 	for left > 0 {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
@@ -244,14 +267,12 @@ func (rs *replayRun) read(ctx context.Context, assign map[string]map[int32]kgo.O
 			if werr != nil || done[k] || rec.Offset >= ends[k] {
 				return
 			}
-			hdrs = hdrs[:0]
-			for _, h := range rec.Headers {
-				hdrs = append(hdrs, topicmap.Header{Key: h.Key, Value: h.Value})
-			}
-			werr = rs.deliver(ctx, rec, hdrs)
+			werr = rs.take(ctx, rec)
 			if rec.Offset+1 >= ends[k] {
 				done[k] = true
-				rs.o.pos.replayed(k, ends[k])
+				if !rs.later.waits(k) { // else once its kept records are delivered
+					rs.o.pos.replayed(k, ends[k])
+				}
 				left--
 			}
 		})
@@ -260,6 +281,25 @@ func (rs *replayRun) read(ctx context.Context, assign map[string]map[int32]kgo.O
 		}
 	}
 	return nil
+}
+
+// take delivers rec, or keeps it behind a live delivery not yet written
+// (the last pass: replay_defer.go).
+func (rs *replayRun) take(ctx context.Context, rec *kgo.Record) error {
+	if rs.later.waits(tp{rec.Topic, rec.Partition}) {
+		rs.later.keep(rec)
+		return nil
+	}
+	return rs.deliverRecord(ctx, rec)
+}
+
+// deliverRecord delivers rec (deliver) with its headers.
+func (rs *replayRun) deliverRecord(ctx context.Context, rec *kgo.Record) error {
+	rs.hdrs = rs.hdrs[:0]
+	for _, h := range rec.Headers {
+		rs.hdrs = append(rs.hdrs, topicmap.Header{Key: h.Key, Value: h.Value})
+	}
+	return rs.deliver(ctx, rec, rs.hdrs)
 }
 
 // deliver writes one record to the client if it matches a subscription.
@@ -294,7 +334,14 @@ func (rs *replayRun) deliver(ctx context.Context, rec *kgo.Record, hdrs []topicm
 	c := coord{rec.Topic, rec.Partition, rec.Offset}
 	pid, resend, skip := rs.o.pos.replayAction(c)
 	if skip {
-		return nil // in flight here: mochi resends it
+		// In flight here: mochi resends it. A live delivery not yet
+		// written: the partition's later records wait for it.
+		if rs.later != nil {
+			if id, ok := rs.o.live.unwrittenAt(c); ok {
+				rs.later.block(c.tp(), id)
+			}
+		}
+		return nil
 	}
 	now := time.Now()
 	var expiry uint32
@@ -383,31 +430,45 @@ func (rs *replayRun) waitWindow(ctx context.Context) error {
 	if rs.cl.Properties.ProtocolVersion == 5 && rs.cl.Properties.Props.ReceiveMaximum > 0 {
 		window = int(rs.cl.Properties.Props.ReceiveMaximum)
 	}
-	for rs.cl.State.Inflight.Len()-int(rs.o.live.held.Load()) >= window {
-		if rs.cl.Closed() {
-			return errors.New("client gone")
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Millisecond):
+	for rs.cl.State.Inflight.Len()-rs.o.live.held() >= window {
+		if err := rs.pause(ctx); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
+// pause waits a millisecond, or fails when the client or the replay ends.
+func (rs *replayRun) pause(ctx context.Context) error {
+	if rs.cl.Closed() {
+		return errors.New("client gone")
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Millisecond):
+		return nil
+	}
+}
+
 // candidates lists the Kafka topics the subscriptions can draw from.
 func (rs *replayRun) candidates(ctx context.Context) ([]string, error) {
-	md, err := rs.r.admin.ListTopics(ctx)
+	var names []string
+	var err error
+	if rs.liveAt.IsZero() {
+		names, err = rs.r.topics.recent(ctx)
+	} else {
+		names, err = rs.r.topics.since(ctx, rs.liveAt)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("list topics: %w", err)
+		return nil, err
 	}
 	positioned := map[string]bool{}
 	for _, p := range rs.o.pos.snapshot() {
 		positioned[p.Topic] = true
 	}
 	var out []string
-	for _, name := range md.Names() {
+	for _, name := range names {
 		if topicmap.IsFerryTopic(name) || topicmap.IsInternalKafkaTopic(name) {
 			continue
 		}

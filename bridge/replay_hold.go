@@ -22,20 +22,29 @@ import (
 // client's read goroutine (parked for want of send quota: Expiry < 0) are
 // not held; blocking the read goroutine would stop the acknowledgements the
 // pass waits for.
+//
+// From the hold's start until the replay ends, the live deliveries not yet
+// written are tracked by packet id (OnQosPublish adds, OnPacketSent
+// removes): the last pass must not write a partition's later records before
+// such a delivery reaches the wire (replay_defer.go).
 type liveHold struct {
-	mu sync.Mutex
-	ch chan struct{} // nil: not holding
-	// held counts the live deliveries put in flight while holding: they are
-	// not written yet, so the pass's window does not count them.
-	held atomic.Int32
+	mu        sync.Mutex
+	ch        chan struct{} // nil: not holding
+	tracking  bool
+	unwritten map[uint16]coord // live deliveries in flight, not yet written
 }
 
-// start holds live deliveries until the returned function is called.
-func (l *liveHold) start(holding *atomic.Int32) (release func()) {
+// start holds live deliveries until the returned release is called, and
+// tracks them until end is called.
+// tracking counts the sessions whose live deliveries are tracked (a gate
+// that keeps OnPacketSent cheap when no replay runs).
+func (l *liveHold) start(holding, tracking *atomic.Int32) (release func()) {
 	l.mu.Lock()
 	l.ch = make(chan struct{})
-	l.held.Store(0)
+	l.tracking = true
+	l.unwritten = map[uint16]coord{}
 	l.mu.Unlock()
+	tracking.Add(1)
 	holding.Add(1)
 	var once sync.Once
 	return func() {
@@ -49,11 +58,66 @@ func (l *liveHold) start(holding *atomic.Int32) (release func()) {
 	}
 }
 
+// end stops tracking live deliveries (the replay is over).
+func (l *liveHold) end(tracking *atomic.Int32) {
+	l.mu.Lock()
+	l.tracking = false
+	l.unwritten = nil
+	l.mu.Unlock()
+	tracking.Add(-1)
+}
+
 // waiting returns the channel a live delivery waits on, or nil.
 func (l *liveHold) waiting() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.ch
+}
+
+// enqueued notes a live delivery (packet id pid, the message at c; offset
+// < 0: unknown) put in flight, not yet written.
+func (l *liveHold) enqueued(pid uint16, c coord) {
+	l.mu.Lock()
+	if l.tracking {
+		l.unwritten[pid] = c
+	}
+	l.mu.Unlock()
+}
+
+// written notes that packet id pid reached the client's connection.
+func (l *liveHold) written(pid uint16) {
+	l.mu.Lock()
+	delete(l.unwritten, pid)
+	l.mu.Unlock()
+}
+
+// held counts the live deliveries in flight not yet written: the pass's
+// window does not count them.
+func (l *liveHold) held() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.unwritten)
+}
+
+// unwrittenAt returns the packet id of a live delivery of the message at c
+// not yet written.
+func (l *liveHold) unwrittenAt(c coord) (uint16, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for pid, u := range l.unwritten {
+		if u == c {
+			return pid, true
+		}
+	}
+	return 0, false
+}
+
+// isUnwritten reports whether the live delivery under pid is not written yet.
+func (l *liveHold) isUnwritten(pid uint16) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.unwritten[pid]
+	return ok
 }
 
 // OnPacketEncode holds a live delivery to a session whose replay's last
@@ -68,4 +132,16 @@ func (h *sessionHook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets
 		}
 	}
 	return pk
+}
+
+// OnPacketSent: a live delivery reached the client's connection (mochi
+// calls it after the write, outside the client's write lock: a write
+// started after it lands behind it).
+func (h *sessionHook) OnPacketSent(cl *mqtt.Client, pk packets.Packet, _ []byte) {
+	if h.tracking.Load() == 0 || pk.FixedHeader.Type != packets.Publish || pk.Origin == "" || pk.FixedHeader.Qos == 0 {
+		return
+	}
+	if o := h.ownedBy(cl); o != nil {
+		o.live.written(pk.PacketID)
+	}
 }

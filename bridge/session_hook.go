@@ -59,6 +59,7 @@ type sessionHook struct {
 	subscribed func(*mqtt.Client) // tells the forward hook a connection receives deliveries
 	wills      *willKeeper        // publishes the Wills of dead instances' clients (nil: off)
 	holding    atomic.Int32       // sessions holding live deliveries (replay_hold.go)
+	tracking   atomic.Int32       // sessions tracking their unwritten live deliveries (replay_hold.go)
 }
 
 // ownedSession is a session this instance owns: the connection that
@@ -103,7 +104,7 @@ func (h *sessionHook) Provides(b byte) bool {
 	switch b {
 	case mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnSubscribed, mqtt.OnUnsubscribed,
 		mqtt.OnDisconnect, mqtt.OnClientExpired, mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped,
-		mqtt.OnPacketEncode:
+		mqtt.OnPacketEncode, mqtt.OnPacketSent:
 		return true
 	}
 	return false
@@ -353,12 +354,11 @@ func (h *sessionHook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, 
 		if pk.FixedHeader.Dup && o.pos.isPending(pk.PacketID) {
 			return
 		}
-		if c, ok := h.inj.of(pk.Origin); ok {
+		c, ok := h.inj.of(pk.Origin)
+		if ok {
 			o.pos.sent(pk.PacketID, c)
 		}
-		if o.live.waiting() != nil {
-			o.live.held.Add(1)
-		}
+		o.live.enqueued(pk.PacketID, c)
 	}
 }
 

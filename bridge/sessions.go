@@ -48,6 +48,7 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 	b.stateStop = make(chan struct{})
 	hook.replays = &replayer{h: hook, log: b.log.With("component", "replay"), tm: b.tm,
 		opts: append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, sec...), admin: kadm.NewClient(cl),
+		topics:    newTopicLister(kadm.NewClient(cl)),
 		isReverse: reverseTopicMatcher(b.cfg.Reverse.Topics), slots: make(chan struct{}, maxReplays), metrics: sm, stop: b.stateStop,
 		maxQueued: b.cfg.State.MaxQueued, queueDrops: b.metrics.drops.WithLabelValues("session_queue_full")}
 	// Wills of dead instances' clients (wills.go): liveness from the

@@ -1,0 +1,106 @@
+package bridge
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// deferrals keep the replay's last pass behind the live deliveries it
+// meets. That pass runs while the session's subscriptions are live and
+// their deliveries held (replay_hold.go). A held delivery is pending, so
+// the pass skips its record (the live copy comes); but writing the
+// partition's later records then put them on the wire before it (the
+// sessions soak at 1,000 sessions: a later record, delivered live too but
+// not yet recorded, written by the pass ahead of the held one). So once
+// the pass meets, in a partition, a live delivery not yet written, it
+// keeps the rest of that partition's records; after the hold is released
+// and that delivery is written, it delivers them the same way (each may
+// stop at another unwritten live delivery). A partition's position moves
+// past its end only once all of them are delivered: a replay cut short
+// leaves them to the next resume.
+type deferrals struct {
+	blocked map[tp]uint16 // partition -> packet id of the live delivery it waits for
+	kept    map[tp][]*kgo.Record
+}
+
+// maxWaitWritten bounds the wait for one live delivery to be written; past
+// it (mochi failed that write: too large for the client) the kept records
+// go anyway: out of order rather than lost.
+const maxWaitWritten = 10 * time.Second
+
+// waits reports whether partition k's records are kept.
+func (d *deferrals) waits(k tp) bool {
+	if d == nil {
+		return false
+	}
+	_, ok := d.blocked[k]
+	return ok
+}
+
+// keep adds rec to its partition's kept records.
+func (d *deferrals) keep(rec *kgo.Record) {
+	k := tp{rec.Topic, rec.Partition}
+	d.kept[k] = append(d.kept[k], rec)
+}
+
+// block makes partition k wait for the live delivery under pid.
+func (d *deferrals) block(k tp, pid uint16) { d.blocked[k] = pid }
+
+// drain delivers the kept records, each partition after the live delivery
+// it waits for is written, and then moves its position to its end. The
+// hold must be released.
+func (rs *replayRun) drain(ctx context.Context, ends map[tp]int64) error {
+	d := rs.later
+	for len(d.blocked) > 0 {
+		keys := make([]tp, 0, len(d.blocked))
+		for k := range d.blocked {
+			keys = append(keys, k)
+		}
+		sort.Slice(keys, func(i, j int) bool {
+			return keys[i].topic < keys[j].topic || keys[i].topic == keys[j].topic && keys[i].part < keys[j].part
+		})
+		for _, k := range keys {
+			if err := rs.waitWritten(ctx, d.blocked[k]); err != nil {
+				return err
+			}
+			delete(d.blocked, k)
+			recs := d.kept[k]
+			for len(recs) > 0 && !d.waits(k) {
+				rec := recs[0]
+				recs = recs[1:]
+				if err := rs.deliverRecord(ctx, rec); err != nil {
+					return err
+				}
+			}
+			d.kept[k] = recs
+			if !d.waits(k) {
+				delete(d.kept, k)
+				rs.o.pos.replayed(k, ends[k])
+			}
+		}
+	}
+	return nil
+}
+
+// waitWritten waits until the live delivery under pid is written (or no
+// longer in flight: dropped, acknowledged).
+func (rs *replayRun) waitWritten(ctx context.Context, pid uint16) error {
+	deadline := time.Now().Add(maxWaitWritten)
+	for rs.o.live.isUnwritten(pid) {
+		if _, ok := rs.cl.State.Inflight.Get(pid); !ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			rs.r.log.Warn("replay: a live delivery was not written in time; the replay goes on",
+				"client", rs.cl.ID, "packet_id", pid)
+			return nil
+		}
+		if err := rs.pause(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}

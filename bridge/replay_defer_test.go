@@ -1,0 +1,143 @@
+package bridge
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/hooks/auth"
+	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-bridge/ferry/state"
+	"github.com/ferry-bridge/ferry/topicmap"
+)
+
+// TestLastPassWaitsForHeldLiveDelivery: the replay's last pass runs while
+// the resumed session's live deliveries are held (replay_hold.go). It meets
+// the record of a held live delivery M (pending: skipped, the live copy
+// comes) and then the partition's next record N, not delivered live (yet).
+// Writing N at once put it on the wire before M, released only after the
+// pass: the client's first arrivals were N, M (the full-size sessions soak,
+// 4 sessions of 1,000). The pass must keep N until M is written.
+func TestLastPassWaitsForHeldLiveDelivery(t *testing.T) {
+	server := mqtt.New(&mqtt.Options{InlineClient: true})
+	if err := server.AddHook(new(auth.AllowHook), nil); err != nil {
+		t.Fatal(err)
+	}
+	h := newSessionHook(testLogger(t), server, nil, "a", time.Second, nil)
+	h.inj = new(injections)
+	if err := server.AddHook(h, nil); err != nil {
+		t.Fatal(err)
+	}
+	srvConn, cliConn := net.Pipe()
+	cl := server.NewClient(srvConn, "t", "dev", false)
+	cl.Properties.ProtocolVersion = 4
+	server.Clients.Add(cl)
+	go cl.WriteLoop()
+	got := make(chan string, 8)
+	go readPublishes(cliConn, got)
+	t.Cleanup(func() { cl.Stop(nil); _ = cliConn.Close(); _ = server.Close() })
+	o := &ownedSession{cl: cl, pos: newSessionPositions(nil, nil)}
+	h.owned["dev"] = o
+
+	tm, err := topicmap.New(topicmap.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm, err := newStateMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ktopic, err := topicmap.EncodeTopic("q/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := &replayRun{r: &replayer{h: h, log: testLogger(t), tm: tm, metrics: sm}, o: o, cl: cl,
+		subs: []state.Subscription{{Filter: "q/#", QoS: 1}}}
+
+	// catchUp's last pass, step by step.
+	release := o.live.start(&h.holding, &h.tracking)
+	defer o.live.end(&h.tracking)
+	sub := packets.Subscription{Filter: "q/#", Qos: 1}
+	server.Topics.Subscribe(cl.ID, sub)
+	cl.State.Subscriptions.Add(sub.Filter, sub)
+	// M (offset 5) delivered live: held in the write loop, pending.
+	h.inj.begin(mqtt.InlineClientId, coord{ktopic, 0, 5})
+	if err := server.Publish("q/a", []byte("M"), false, 1); err != nil {
+		t.Fatal(err)
+	}
+	h.inj.end(mqtt.InlineClientId)
+	ctx := context.Background()
+	rs.later = &deferrals{blocked: map[tp]uint16{}, kept: map[tp][]*kgo.Record{}}
+	now := time.Now()
+	for i, p := range []string{"M", "N"} {
+		rec := &kgo.Record{Topic: ktopic, Partition: 0, Offset: int64(5 + i), Value: []byte(p), Timestamp: now}
+		if err := rs.take(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release()
+	if err := rs.drain(ctx, map[tp]int64{{ktopic, 0}: 7}); err != nil {
+		t.Fatal(err)
+	}
+
+	var order []string
+	for len(order) < 2 {
+		select {
+		case p := <-got:
+			order = append(order, p)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the client got %v in 10 s, want [M N]", order)
+		}
+	}
+	if order[0] != "M" || order[1] != "N" {
+		t.Fatalf("the client got %v first, want [M N]: the last pass wrote a later record before the held live delivery", order)
+	}
+	if pos := o.pos.snapshot(); len(pos) != 1 || pos[0].Offset != 5 {
+		t.Fatalf("positions %+v, want offset 5 (M and N unacknowledged)", pos)
+	}
+}
+
+// readPublishes sends the payload of every MQTT 3.1.1 PUBLISH read from c
+// to out, until c fails.
+func readPublishes(c net.Conn, out chan<- string) {
+	r := bufio.NewReader(c)
+	for {
+		b0, err := r.ReadByte()
+		if err != nil {
+			return
+		}
+		n, mul := 0, 1
+		for {
+			b, err := r.ReadByte()
+			if err != nil {
+				return
+			}
+			n += int(b&127) * mul
+			mul *= 128
+			if b&128 == 0 {
+				break
+			}
+		}
+		body := make([]byte, n)
+		if _, err := io.ReadFull(r, body); err != nil {
+			return
+		}
+		if b0>>4 != packets.Publish || len(body) < 2 {
+			continue
+		}
+		tl := int(binary.BigEndian.Uint16(body))
+		rest := body[2+tl:]
+		if (b0>>1)&3 > 0 {
+			rest = rest[2:]
+		}
+		out <- string(rest)
+	}
+}
