@@ -83,12 +83,18 @@ type sessionPositions struct {
 	// them even once the client has acknowledged the resend (it may, before
 	// the replay reaches them).
 	inherited map[coord]bool
-	dirty     bool
+	// frontier is, for each partition a replay reads, the offset of the
+	// first record it has not handed out yet. A position never passes it:
+	// the client may acknowledge a later message (a live delivery) before
+	// the replay has sent the older ones, and a position moved past those
+	// would skip them at the next resume.
+	frontier map[tp]int64
+	dirty    bool
 }
 
 func newSessionPositions(from []state.Position, pending []state.Pending) *sessionPositions {
 	p := &sessionPositions{base: map[tp]int64{}, delivered: map[tp]int64{}, pending: map[uint16]coord{},
-		resend: map[coord]uint16{}}
+		resend: map[coord]uint16{}, frontier: map[tp]int64{}}
 	for _, q := range from {
 		k := tp{q.Topic, q.Partition}
 		p.base[k] = q.Offset
@@ -198,10 +204,20 @@ func (p *sessionPositions) acked(pid uint16) {
 	p.dirty = true
 }
 
+// reading records that a replay has handed out partition k's records
+// before next (see frontier).
+func (p *sessionPositions) reading(k tp, next int64) {
+	p.mu.Lock()
+	p.frontier[k] = next
+	p.dirty = true
+	p.mu.Unlock()
+}
+
 // replayed records that a replay read partition k up to end (exclusive):
 // what it did not deliver there needs no delivery.
 func (p *sessionPositions) replayed(k tp, end int64) {
 	p.mu.Lock()
+	delete(p.frontier, k)
 	if end > p.base[k] {
 		p.base[k] = end
 		p.dirty = true
@@ -237,6 +253,11 @@ func (p *sessionPositions) snapshot() []state.Position {
 		k := c.tp()
 		if cur, ok := pos[k]; !ok || c.offset < cur {
 			pos[k] = c.offset
+		}
+	}
+	for k, f := range p.frontier {
+		if cur, ok := pos[k]; !ok || f < cur {
+			pos[k] = f
 		}
 	}
 	out := make([]state.Position, 0, len(pos))

@@ -134,3 +134,25 @@ func TestSessionAckIsTheClients(t *testing.T) {
 		t.Fatalf("after the client's PUBACK the positions are %+v, want offset 8", pos)
 	}
 }
+
+// TestPositionStopsAtReplayFrontier: while a replay has handed out a
+// partition's records only up to offset 16, the client's acknowledgement
+// of a later message (a live delivery written before the replay's older
+// ones, offset 37) must not move the position past 16: a resume from 38
+// skipped 16..36 for good (the full-size sessions soak lost them in
+// sessions that resumed twice).
+func TestPositionStopsAtReplayFrontier(t *testing.T) {
+	p := newSessionPositions(nil, nil)
+	k := tp{"k", 0}
+	p.reading(k, 10)
+	p.reading(k, 16)
+	p.sent(1, coord{"k", 0, 37})
+	p.acked(1)
+	if pos := p.snapshot(); len(pos) != 1 || pos[0].Offset != 16 || pos[0].Delivered != 38 {
+		t.Fatalf("positions %+v, want offset 16 (the replay's frontier), delivered 38", pos)
+	}
+	p.replayed(k, 40)
+	if pos := p.snapshot(); len(pos) != 1 || pos[0].Offset != 40 {
+		t.Fatalf("positions after the replay read to 40: %+v, want offset 40", pos)
+	}
+}

@@ -250,6 +250,11 @@ func (rs *replayRun) read(ctx context.Context, assign map[string]map[int32]kgo.O
 	for _, ps := range assign {
 		left += len(ps)
 	}
+	for t, ps := range assign {
+		for part, off := range ps {
+			rs.o.pos.reading(tp{t, part}, off.EpochOffset().Offset)
+		}
+	}
 	done := map[tp]bool{}
 	for left > 0 {
 		fs := cl.PollFetches(ctx)
@@ -268,6 +273,9 @@ func (rs *replayRun) read(ctx context.Context, assign map[string]map[int32]kgo.O
 				return
 			}
 			werr = rs.take(ctx, rec)
+			if werr == nil && !rs.later.waits(k) {
+				rs.o.pos.reading(k, rec.Offset+1)
+			}
 			if rec.Offset+1 >= ends[k] {
 				done[k] = true
 				if !rs.later.waits(k) { // else once its kept records are delivered

@@ -74,6 +74,9 @@ func (rs *replayRun) drain(ctx context.Context, ends map[tp]int64) error {
 				if err := rs.deliverRecord(ctx, rec); err != nil {
 					return err
 				}
+				if !d.waits(k) {
+					rs.o.pos.reading(k, rec.Offset+1)
+				}
 			}
 			d.kept[k] = recs
 			if !d.waits(k) {

@@ -14,7 +14,8 @@
 # average is printed before every run. The probe says when it was the limit ("PROBE IS THE LIMIT").
 #
 # Environment: AB_ROUNDS (3), AB_FWD_COUNT (2000000), AB_CLIENTS (4), AB_INFLIGHT (256),
-# AB_REV_COUNT (20000), AB_REV_RATE (1000), AB_OUT (output dir, default bench-results/ab-<timestamp>).
+# AB_REV_COUNT (20000), AB_REV_RATE (1000), AB_OUT (output dir, default bench-results/ab-<timestamp>),
+# AB_PROFILE (set: a 5 s CPU profile of the bridge during each forward run, cpu-ROUND-SYSTEM.pprof).
 # Uses FERRY_TEST_KAFKA when set, else the Kafka of scripts/kafka.sh when it runs, else starts one (and
 # stops it). The run's Kafka topics are deleted at the end.
 set -euo pipefail
@@ -81,6 +82,7 @@ reverse:
   start_offset: latest
 http:
   listen: 127.0.0.1:$3
+  pprof: $([ -n "${AB_PROFILE:-}" ] && echo true || echo false)
 log:
   level: warn
 EOF
@@ -116,6 +118,11 @@ for r in $(seq "$AB_ROUNDS"); do
 		[ "$s" = b ] && port=22883
 		l=$(load1)
 		log "round $r $s: forward (load $l)"
+		if [ -n "${AB_PROFILE:-}" ]; then # a CPU profile of the bridge in the middle of the run
+			hp=21884
+			[ "$s" = b ] && hp=22884
+			(sleep 3 && curl -fsS -o "$OUT/cpu-$r-$s.pprof" "http://127.0.0.1:$hp/debug/pprof/profile?seconds=5") &
+		fi
 		timeout --signal=INT --kill-after=10 $((90 + AB_FWD_COUNT / 2000)) "$WORK/probe" mqtt-to-kafka \
 			--mqtt "tcp://127.0.0.1:$port" --ack-only --topic "/$RUN/fwd$s" --qos 1 --payload-size 12 \
 			--clients "$AB_CLIENTS" --inflight "$AB_INFLIGHT" --count "$AB_FWD_COUNT" --warmup $((AB_FWD_COUNT / 10)) \
