@@ -49,6 +49,9 @@ type ackQueue struct {
 	// subscription) and never cleared: deliveries may still be queued in
 	// mochi after an unsubscribe.
 	subscribed atomic.Bool
+	// injecting: a QoS 2 publish of this connection is being delivered
+	// locally under its client id (hook.endInjection ends it once).
+	injecting atomic.Bool
 
 	mu       sync.Mutex
 	queue    []*pending

@@ -118,7 +118,17 @@ func (h *hook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
 func (h *hook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
 	if !cl.Net.Inline {
 		h.metrics.connections.Dec()
-		h.queues.Delete(cl)
+		if q, ok := h.queues.LoadAndDelete(cl); ok {
+			h.endInjection(cl, q.(*ackQueue))
+		}
+	}
+}
+
+// endInjection ends the injection of cl's QoS 2 publish, if one runs: the
+// next injection under its client id waits for it (injections).
+func (h *hook) endInjection(cl *mqtt.Client, q *ackQueue) {
+	if h.inj != nil && q.injecting.CompareAndSwap(true, false) {
+		h.inj.end(cl.ID)
 	}
 }
 
@@ -209,8 +219,10 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 			return pk, packets.ErrRejectPacket
 		}
 		if h.inj != nil {
-			// mochi delivers it on this goroutine next; OnPublished ends it.
+			// mochi delivers it on this goroutine next; OnPublished ends it
+			// (or OnDisconnect, when mochi fails the PUBREC's write first).
 			h.inj.begin(cl.ID, coord{rec.topic, rec.part, rec.offset})
+			h.queue(cl).injecting.Store(true)
 		}
 		return pk, nil
 	}
@@ -219,7 +231,7 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 // OnPublished ends the delivery of an accepted QoS 2 publish.
 func (h *hook) OnPublished(cl *mqtt.Client, pk packets.Packet) {
 	if pk.FixedHeader.Qos == 2 && h.inj != nil && !cl.Net.Inline {
-		h.inj.end(cl.ID)
+		h.endInjection(cl, h.queue(cl))
 	}
 }
 

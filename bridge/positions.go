@@ -3,7 +3,6 @@ package bridge
 import (
 	"sort"
 	"sync"
-	"sync/atomic"
 
 	"github.com/ferry-bridge/ferry/state"
 )
@@ -47,25 +46,6 @@ type tp struct {
 }
 
 func (c coord) tp() tp { return tp{c.topic, c.part} }
-
-// injections maps an injecting client id to the coordinate of the message
-// it is injecting now, and counts the replays running (while one runs, the
-// forward path keeps every QoS 1 publish for local delivery: a resumed
-// subscription may go live before its acknowledgement).
-type injections struct {
-	m         sync.Map
-	replaying atomic.Int32
-}
-
-func (in *injections) begin(origin string, c coord) { in.m.Store(origin, c) }
-func (in *injections) end(origin string)            { in.m.Delete(origin) }
-func (in *injections) of(origin string) (coord, bool) {
-	v, ok := in.m.Load(origin)
-	if !ok {
-		return coord{offset: -1}, false
-	}
-	return v.(coord), true
-}
 
 // sessionPositions is one owned persistent session's positions (guarded by
 // its own mutex: updated on delivery and acknowledgement goroutines).

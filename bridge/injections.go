@@ -1,0 +1,81 @@
+package bridge
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// injections maps an injecting client id to the coordinate of the message
+// it is injecting now, and counts the replays running (while one runs, the
+// forward path keeps every QoS 1 publish for local delivery: a resumed
+// subscription may go live before its acknowledgement).
+//
+// mochi delivers an injected message on the injecting goroutine and calls
+// OnQosPublish for each subscriber, which looks the coordinate up by the
+// packet's origin: the client id, which is all mochi carries. Two
+// injections under one id at once (a publisher's QoS 1 drainer and its
+// QoS 2 read goroutine, or the drainer of its connection just taken over
+// next to its new connection's) would read each other's coordinate, and a
+// session acknowledging a message under the other one's coordinate moved
+// its position past messages it never got. So the injections of one id
+// take turns.
+type injections struct {
+	mu        sync.Mutex
+	m         map[string]*injecting
+	replaying atomic.Int32
+}
+
+// injecting is one client id's injection slot.
+type injecting struct {
+	turn sync.Mutex            // held from begin to end
+	at   atomic.Pointer[coord] // the message being injected; nil: none
+	refs int                   // begins not yet ended, under injections.mu
+}
+
+// begin waits for origin's earlier injection to end, then registers c.
+func (in *injections) begin(origin string, c coord) {
+	in.mu.Lock()
+	if in.m == nil {
+		in.m = map[string]*injecting{}
+	}
+	e := in.m[origin]
+	if e == nil {
+		e = &injecting{}
+		in.m[origin] = e
+	}
+	e.refs++
+	in.mu.Unlock()
+	e.turn.Lock()
+	e.at.Store(&c)
+}
+
+// end ends origin's injection.
+func (in *injections) end(origin string) {
+	in.mu.Lock()
+	e := in.m[origin]
+	if e == nil {
+		in.mu.Unlock()
+		return
+	}
+	e.refs--
+	if e.refs == 0 {
+		delete(in.m, origin)
+	}
+	in.mu.Unlock()
+	e.at.Store(nil)
+	e.turn.Unlock()
+}
+
+// of returns the coordinate origin is injecting now.
+func (in *injections) of(origin string) (coord, bool) {
+	in.mu.Lock()
+	e := in.m[origin]
+	in.mu.Unlock()
+	if e == nil {
+		return coord{offset: -1}, false
+	}
+	if c := e.at.Load(); c != nil {
+		return *c, true
+	}
+	return coord{offset: -1}, false
+}

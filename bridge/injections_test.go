@@ -1,0 +1,68 @@
+package bridge
+
+import (
+	"testing"
+	"time"
+)
+
+// TestInjectionsTakeTurns: two injections under one client id (a
+// publisher's QoS 2 read goroutine and its QoS 1 drainer, or the drainer of
+// a connection just taken over next to the new one's) must not see each
+// other's coordinate: the second waits until the first ends. When both ran
+// at once, a subscriber's delivery of the first message was recorded at the
+// second's coordinate, and its acknowledgement moved the session's position
+// past messages it never got.
+func TestInjectionsTakeTurns(t *testing.T) {
+	in := new(injections)
+	first, second := coord{"a", 0, 7}, coord{"b", 3, 41}
+	in.begin("pub", first)
+	began := make(chan struct{})
+	go func() {
+		in.begin("pub", second)
+		close(began)
+		if c, ok := in.of("pub"); !ok || c != second {
+			t.Errorf("second injection sees %+v, %v", c, ok)
+		}
+		in.end("pub")
+	}()
+	// Wait until the second injection has asked for its turn.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		in.mu.Lock()
+		refs := in.m["pub"].refs
+		in.mu.Unlock()
+		if refs == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second injection never asked for its turn")
+		}
+	}
+	select {
+	case <-began:
+		t.Fatal("the second injection under the same client id began while the first ran")
+	default:
+	}
+	if c, ok := in.of("pub"); !ok || c != first {
+		t.Fatalf("the first injection sees %+v, %v; want its own coordinate %+v", c, ok, first)
+	}
+	in.end("pub")
+	select {
+	case <-began:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second injection did not begin after the first ended")
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		in.mu.Lock()
+		n := len(in.m)
+		in.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d injection slots left after both ended", n)
+		}
+	}
+	if _, ok := in.of("pub"); ok {
+		t.Fatal("a coordinate is registered after both injections ended")
+	}
+}
