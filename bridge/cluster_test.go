@@ -87,7 +87,6 @@ func (c *kafkaCluster) leader(topic string) (int, int) {
 // leader of the topics' partition is killed (SIGKILL) mid-stream: no
 // acknowledged message is lost. Skipped with -short or FERRY_TEST_CLUSTER=0.
 func TestThreeBrokersKillOne(t *testing.T) {
-	t.Parallel() // mostly waits on Kafka: runs beside the package's other waiting tests, at its end
 	if os.Getenv(clusterEnv) == "0" || testing.Short() {
 		t.Skipf("skipped (-short or %s=0): starts a 3-broker Kafka cluster, 30-60 s, ~1 GiB", clusterEnv)
 	}

@@ -66,7 +66,6 @@ func armed(b *Bridge) bool {
 // (real Kafka) both answer /readyz 503 naming the problem and set
 // ferry_instance_id_duplicate; once one stops, the other is ready again.
 func TestDuplicateInstanceID(t *testing.T) {
-	t.Parallel() // mostly waits on Kafka: runs beside the package's other waiting tests, at its end
 	brokers := kafkatest.Brokers(t)
 	cfg := testConfig(brokers)
 	cfg.HTTP.Listen = "127.0.0.1:0"

@@ -540,7 +540,6 @@ func freePort(t *testing.T) string {
 // is stopped, and 200 again when it is back, without restarting the bridge.
 // It runs its own Kafka (about 10-20 s per start on this machine).
 func TestReadyzFlipsWithKafka(t *testing.T) {
-	t.Parallel()         // mostly waits on Kafka: runs beside the package's other waiting tests, at its end
 	kafkatest.Brokers(t) // needs the real-Kafka harness
 	if testing.Short() {
 		t.Skip("starts and stops a private Kafka twice")

@@ -448,7 +448,6 @@ func TestReverseReservedHeadersFirstOnly(t *testing.T) {
 // Before, kgo kept the old topic ID and every fetch failed with
 // UNKNOWN_TOPIC_ID until a restart (tens of thousands of errors a second).
 func TestReverseTopicRecreated(t *testing.T) {
-	t.Parallel() // mostly waits on Kafka: runs beside the package's other waiting tests, at its end
 	for _, regex := range []bool{false, true} {
 		name := map[bool]string{false: "named", true: "regex"}[regex]
 		t.Run(name, func(t *testing.T) {
