@@ -26,17 +26,11 @@ func TestInjectionsTakeTurns(t *testing.T) {
 		in.end("pub")
 	}()
 	// Wait until the second injection has asked for its turn.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+	waitFor(t, 5*time.Second, "the second injection to ask for its turn", func() bool {
 		in.mu.Lock()
-		refs := in.m["pub"].refs
-		in.mu.Unlock()
-		if refs == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the second injection never asked for its turn")
-		}
-	}
+		defer in.mu.Unlock()
+		return in.m["pub"].refs == 2
+	})
 	select {
 	case <-began:
 		t.Fatal("the second injection under the same client id began while the first ran")
@@ -51,17 +45,11 @@ func TestInjectionsTakeTurns(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the second injection did not begin after the first ended")
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+	waitFor(t, 5*time.Second, "no injection slot left after both ended", func() bool {
 		in.mu.Lock()
-		n := len(in.m)
-		in.mu.Unlock()
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d injection slots left after both ended", n)
-		}
-	}
+		defer in.mu.Unlock()
+		return len(in.m) == 0
+	})
 	if _, ok := in.of("pub"); ok {
 		t.Fatal("a coordinate is registered after both injections ended")
 	}
