@@ -46,6 +46,7 @@ type replayer struct {
 	admin     *kadm.Client
 	topics    *topicLister                 // the cluster's topics, shared by the replays
 	isReverse func(kafkaTopic string) bool // among reverse.topics
+	order     *inflightOrder               // numbers what a replay puts in flight
 	slots     chan struct{}
 	metrics   *stateMetrics
 	stop      <-chan struct{}
@@ -395,6 +396,9 @@ func (rs *replayRun) deliver(ctx context.Context, rec *kgo.Record, hdrs []topicm
 	}
 	if best.RetainAsPublished && (d.Retain || std.HasRetain && std.Retain) {
 		out.FixedHeader.Retain = true
+	}
+	if rs.r.order != nil {
+		rs.r.order.number(rs.cl, out.PacketID, false)
 	}
 	if rs.cl.State.Inflight.Set(out) {
 		atomic.AddInt64(&rs.r.h.server.Info.Inflight, 1)

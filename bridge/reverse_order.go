@@ -72,15 +72,23 @@ func (o *inflightOrder) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64
 	if cl.Net.Inline {
 		return
 	}
+	o.number(cl, pk.PacketID, pk.FixedHeader.Type != packets.Publish || pk.FixedHeader.Dup)
+}
+
+// number gives delivery pid of cl the next sequence number; keep leaves a
+// numbered one (a resend, a PUBREL) as it is. The replay calls it for
+// what it puts in flight itself: mochi reports those to no hook, and an
+// unnumbered packet would be resent after the numbered ones in random order.
+func (o *inflightOrder) number(cl *mqtt.Client, pid uint16, keep bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	c := o.client(cl.ID)
 	c.stored = persistent(cl)
-	if _, ok := c.m[pk.PacketID]; ok && (pk.FixedHeader.Type != packets.Publish || pk.FixedHeader.Dup) {
+	if _, ok := c.m[pid]; ok && keep {
 		return
 	}
 	o.next++
-	c.m[pk.PacketID] = o.next
+	c.m[pid] = o.next
 }
 
 // client returns id's sequences, created if needed; under mu.

@@ -130,5 +130,8 @@ func (b *Bridge) addSessionHooks() error {
 	if err := b.server.AddHook(b.order, nil); err != nil {
 		return fmt.Errorf("inflight order hook: %w", err)
 	}
+	if r := b.sessionHook.replays; r != nil {
+		r.order = b.order
+	}
 	return nil
 }
