@@ -67,7 +67,9 @@ type sessionPositions struct {
 	// first record it has not handed out yet. A position never passes it:
 	// the client may acknowledge a later message (a live delivery) before
 	// the replay has sent the older ones, and a position moved past those
-	// would skip them at the next resume.
+	// would skip them at the next resume. It stays at a partition's end
+	// between the replay's passes (replayed) and goes when the replay has
+	// caught up (caughtUp).
 	frontier map[tp]int64
 	dirty    bool
 }
@@ -194,14 +196,27 @@ func (p *sessionPositions) reading(k tp, next int64) {
 }
 
 // replayed records that a replay read partition k up to end (exclusive):
-// what it did not deliver there needs no delivery.
+// what it did not deliver there needs no delivery. The frontier stays at
+// end until caughtUp: after the first pass the subscriptions go live, and
+// the records appended meanwhile come with the last pass; a live delivery
+// acknowledged before that pass reached them must not move the position
+// past them.
 func (p *sessionPositions) replayed(k tp, end int64) {
 	p.mu.Lock()
-	delete(p.frontier, k)
+	p.frontier[k] = end
 	if end > p.base[k] {
 		p.base[k] = end
-		p.dirty = true
 	}
+	p.dirty = true
+	p.mu.Unlock()
+}
+
+// caughtUp records that the replay delivered everything up to its last
+// pass: positions follow the acknowledgements alone again.
+func (p *sessionPositions) caughtUp() {
+	p.mu.Lock()
+	clear(p.frontier)
+	p.dirty = true
 	p.mu.Unlock()
 }
 

@@ -140,7 +140,8 @@ func TestSessionAckIsTheClients(t *testing.T) {
 // of a later message (a live delivery written before the replay's older
 // ones, offset 37) must not move the position past 16: a resume from 38
 // skipped 16..36 for good (the full-size sessions soak lost them in
-// sessions that resumed twice).
+// sessions that resumed twice). The same holds between the replay's two
+// passes, until the last pass has read what was appended meanwhile.
 func TestPositionStopsAtReplayFrontier(t *testing.T) {
 	p := newSessionPositions(nil, nil)
 	k := tp{"k", 0}
@@ -154,5 +155,16 @@ func TestPositionStopsAtReplayFrontier(t *testing.T) {
 	p.replayed(k, 40)
 	if pos := p.snapshot(); len(pos) != 1 || pos[0].Offset != 40 {
 		t.Fatalf("positions after the replay read to 40: %+v, want offset 40", pos)
+	}
+	// Between the passes: the subscriptions are live, the last pass has
+	// not read 40.. yet, and the client acknowledges a live delivery at 45.
+	p.sent(2, coord{"k", 0, 45})
+	p.acked(2)
+	if pos := p.snapshot(); len(pos) != 1 || pos[0].Offset != 40 {
+		t.Fatalf("positions between the passes: %+v, want offset 40 (where the last pass starts)", pos)
+	}
+	p.caughtUp()
+	if pos := p.snapshot(); len(pos) != 1 || pos[0].Offset != 46 {
+		t.Fatalf("positions after the replay caught up: %+v, want offset 46", pos)
 	}
 }

@@ -157,7 +157,11 @@ func (rs *replayRun) catchUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return rs.drain(ctx, ends)
+	if err := rs.drain(ctx, ends); err != nil {
+		return err
+	}
+	rs.o.pos.caughtUp()
+	return nil
 }
 
 // goLive puts the resumed subscriptions into the broker's index.
