@@ -287,7 +287,8 @@ func TestBridgeKill9LosesNothingAcked(t *testing.T) {
 
 // TestKafkaKilledMidStream: a dedicated broker is killed (SIGKILL) while
 // QoS 1 clients publish, then restarted. Nothing unacknowledged is acked,
-// nothing acked is lost, /readyz goes false then true, and the bridge
+// nothing acked is lost, /readyz goes false (saying Kafka is the problem,
+// while /healthz stays 200: the process is alive) then true, and the bridge
 // resumes by itself.
 func TestKafkaKilledMidStream(t *testing.T) {
 	kb := kafkatest.StartBroker(t)
@@ -314,6 +315,12 @@ func TestKafkaKilledMidStream(t *testing.T) {
 	kb.Kill()
 	waitFor(t, 15*time.Second, "readyz false after kafka was killed", func() bool { return !ready() })
 	t.Logf("kafka killed; /readyz is false")
+	if code, body := httpStatus(t, "http://"+b.HTTPAddr()+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "kafka") {
+		t.Errorf("/readyz while Kafka is down: %d %q, want 503 saying Kafka is the problem", code, body)
+	}
+	if code, _ := httpStatus(t, "http://"+b.HTTPAddr()+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz = %d while Kafka is down, want 200 (alive)", code)
+	}
 	kb.Up()
 	waitFor(t, 30*time.Second, "readyz true after kafka restarted", ready)
 	f.wait(t)

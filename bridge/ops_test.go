@@ -495,36 +495,6 @@ func TestReadyzFlipsWithEmbeddedKafka(t *testing.T) {
 	wait(http.StatusOK)
 }
 
-// privateKafka runs a second real Kafka (scripts/kafka.sh with its own state
-// dir and port) that this test may stop and start; the shared one is never
-// touched.
-type privateKafka struct {
-	t     *testing.T
-	state string
-	port  string
-	addr  string
-}
-
-func (k *privateKafka) run(cmd string) string {
-	k.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	c := exec.CommandContext(ctx, "../scripts/kafka.sh", cmd)
-	c.Env = append(os.Environ(), "KAFKA_STATE_DIR="+k.state, "KAFKA_PORT="+k.port,
-		"KAFKA_HEAP=256m", "KAFKA_READY_TIMEOUT=90")
-	var stderr bytes.Buffer
-	c.Stderr = &stderr
-	out, err := c.Output()
-	if err != nil {
-		k.t.Fatalf("scripts/kafka.sh %s: %v\n%s", cmd, err, stderr.String())
-	}
-	lines := strings.Fields(strings.TrimSpace(string(out)))
-	if len(lines) == 0 {
-		return ""
-	}
-	return lines[len(lines)-1]
-}
-
 func freePort(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -534,60 +504,6 @@ func freePort(t *testing.T) string {
 	defer ln.Close()
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	return port
-}
-
-// TestReadyzFlipsWithKafka: /readyz is 200 while Kafka answers, 503 once it
-// is stopped, and 200 again when it is back, without restarting the bridge.
-// It runs its own Kafka (about 10-20 s per start on this machine).
-func TestReadyzFlipsWithKafka(t *testing.T) {
-	kafkatest.Brokers(t) // needs the real-Kafka harness
-	if testing.Short() {
-		t.Skip("starts and stops a private Kafka twice")
-	}
-	if _, err := exec.LookPath("java"); err != nil {
-		t.Fatal("java not installed (scripts/test.sh installs it)")
-	}
-	k := &privateKafka{t: t, state: t.TempDir(), port: freePort(t)}
-	start := time.Now()
-	k.addr = k.run("up")
-	t.Cleanup(func() { k.run("down") })
-	t.Logf("private Kafka %s up in %s", k.addr, time.Since(start).Round(100*time.Millisecond))
-
-	cfg := testConfig(k.addr)
-	cfg.HTTP.Listen = "127.0.0.1:0"
-	b := startBridge(t, cfg)
-	url := "http://" + b.HTTPAddr() + "/readyz"
-	waitReady := func(want int, within time.Duration) {
-		t.Helper()
-		var code int
-		var body string
-		waitFor(t, within, fmt.Sprintf("/readyz %d", want), func() bool {
-			code, body = httpStatus(t, url)
-			return code == want
-		})
-		t.Logf("/readyz %d %q after %s", code, body, time.Since(start).Round(100*time.Millisecond))
-	}
-	waitReady(http.StatusOK, 20*time.Second)
-
-	k.run("down")
-	waitReady(http.StatusServiceUnavailable, 20*time.Second)
-	if _, body := httpStatus(t, url); !strings.Contains(body, "kafka") {
-		t.Errorf("/readyz body %q does not say Kafka is the problem", body)
-	}
-	if code, _ := httpStatus(t, "http://"+b.HTTPAddr()+"/healthz"); code != http.StatusOK {
-		t.Errorf("/healthz = %d while Kafka is down, want 200 (alive)", code)
-	}
-
-	if addr := k.run("up"); addr != k.addr {
-		t.Fatalf("private Kafka came back on %s, want %s", addr, k.addr)
-	}
-	waitReady(http.StatusOK, 30*time.Second)
-
-	// And the path works again.
-	c := connectPaho(t, b.MQTTAddr(), "readyz-"+randHex(3))
-	if tok := c.Publish(uniqueTopic("readyz"), 1, false, "back"); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
-		t.Fatalf("publish after Kafka came back: %v", tok.Error())
-	}
 }
 
 // ---------------------------------------------------------------- logging

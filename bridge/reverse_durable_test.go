@@ -451,6 +451,7 @@ func TestReverseTopicRecreated(t *testing.T) {
 	for _, regex := range []bool{false, true} {
 		name := map[bool]string{false: "named", true: "regex"}[regex]
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // each mostly waits on Kafka (a deletion takes ~5 s)
 			brokers := kafkatest.Brokers(t)
 			k, m := revTopic(t, "recreate"+name)
 			kafkatest.CreateTopic(t, brokers, k, 1, nil)
