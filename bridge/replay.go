@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -225,6 +227,9 @@ func (rs *replayRun) pass(ctx context.Context, from map[tp]int64) (map[tp]int64,
 				starts[k] = o.Offset
 			}
 		})
+	}
+	if rs.r.log.Enabled(ctx, slog.LevelDebug) {
+		rs.r.log.Debug("session replay pass", "client", rs.cl.ID, "first", rs.backlog, "from", spans(starts, ends))
 	}
 	assign := map[string]map[int32]kgo.Offset{}
 	for k, e := range ends {
@@ -528,4 +533,20 @@ func dedupe(in []string) []string {
 		}
 	}
 	return out
+}
+
+// spans formats each partition's start..end for the debug log, in order.
+func spans(starts, ends map[tp]int64) string {
+	keys := make([]tp, 0, len(ends))
+	for k := range ends {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i].topic < keys[j].topic || keys[i].topic == keys[j].topic && keys[i].part < keys[j].part
+	})
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s/%d:%d..%d ", k.topic, k.part, starts[k], ends[k])
+	}
+	return strings.TrimSpace(b.String())
 }

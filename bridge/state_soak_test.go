@@ -218,6 +218,7 @@ func TestSessionsSoakKill9(t *testing.T) {
 			bad++
 			if bad <= 10 {
 				t.Errorf("session %s (v5 %v, %d resumes): %v; its arrivals: %s", s.id, s.v5, s.resumeCount(), err, arrivalsOf(got, err))
+				logsAbout(t, inst, s.id+" ", 12)
 			}
 		}
 		fig.add(s, len(got), dups)
@@ -597,4 +598,20 @@ func arrivalsOf(got []string, err error) string {
 		}
 	}
 	return strings.Join(out, " ")
+}
+
+// logsAbout prints up to max lines of each instance's log that mention
+// what (a client id): a failed session's replays, takeovers and errors.
+// FERRY_TEST_BRIDGE_ENV=FERRY_LOG_LEVEL=debug adds each replay's summary.
+func logsAbout(t *testing.T, inst []*ferryProcess, what string, max int) {
+	t.Helper()
+	for _, p := range inst {
+		n := 0
+		for _, line := range strings.Split(p.stderr.String(), "\n") {
+			if strings.Contains(line+" ", what) && n < max {
+				t.Logf("  %s: %s", p.name, line)
+				n++
+			}
+		}
+	}
 }
