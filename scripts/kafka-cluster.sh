@@ -202,8 +202,12 @@ cluster_stop_all() {
 			sleep 0.1
 		done
 		if kill -0 "$pid" 2>/dev/null; then
-			log "node pid $pid still alive after ${STOP_TIMEOUT}s: KILL"
+			((STOP_TIMEOUT == 0)) || log "node pid $pid still alive after ${STOP_TIMEOUT}s: KILL"
 			kill -KILL "$pid" 2>/dev/null || true
+			for ((j = 0; j < 50; j++)); do
+				kill -0 "$pid" 2>/dev/null || break
+				sleep 0.1
+			done
 		fi
 	done
 	((${#pids[@]})) && log "stopped ${#pids[@]} node(s) (pids ${pids[*]}; logs kept in $CSTATE)"

@@ -26,6 +26,8 @@
 #   KAFKA_CONTROLLER_PORT  controller port (default 9093 if free, else a free port)
 #   KAFKA_HEAP       broker heap (default 512m)
 #   KAFKA_READY_TIMEOUT  seconds to wait for the broker to answer (default 60)
+#   KAFKA_STOP_TIMEOUT   seconds `down` waits after SIGTERM before SIGKILL (default 30;
+#                    0 kills at once: for throwaway test brokers whose data goes anyway)
 #   KAFKA_NODES      3 (or 2..9): a multi-node KRaft cluster instead, replication factor 3,
 #                    min.insync.replicas 2, 256m heap per node; `up` prints a comma-separated
 #                    bootstrap list last; kill/pause/resume take a node number
@@ -49,7 +51,7 @@ PROPS="$STATE/server.properties"
 LOG="$STATE/broker.log"
 HEAP="${KAFKA_HEAP:-512m}"
 READY_TIMEOUT="${KAFKA_READY_TIMEOUT:-60}"
-STOP_TIMEOUT=30
+STOP_TIMEOUT="${KAFKA_STOP_TIMEOUT:-30}"
 
 log() { printf 'kafka.sh: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -338,7 +340,7 @@ cmd_down() {
 		sleep 0.1
 	done
 	if kill -0 "$pid" 2>/dev/null; then
-		log "broker pid $pid still alive after ${STOP_TIMEOUT}s: KILL"
+		((STOP_TIMEOUT == 0)) || log "broker pid $pid still alive after ${STOP_TIMEOUT}s: KILL"
 		kill -KILL "$pid" 2>/dev/null || true
 		for ((i = 0; i < 50; i++)); do
 			kill -0 "$pid" 2>/dev/null || break

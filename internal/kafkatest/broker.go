@@ -47,6 +47,9 @@ func NewBroker(tb testing.TB, port string) *Broker {
 		b.env = append(b.env, "KAFKA_PORT="+port)
 	}
 	tb.Cleanup(func() {
+		// Killed, not stopped: its data goes anyway, and a graceful stop
+		// takes seconds.
+		b.env = append(b.env, "KAFKA_STOP_TIMEOUT=0")
 		b.run("down")
 		if tb.Failed() {
 			tb.Logf("dedicated broker log kept at %s/broker.log", state)
