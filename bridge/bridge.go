@@ -278,6 +278,7 @@ func (b *Bridge) start(ctx context.Context) error {
 		}
 		b.reverse.retained = b.retained
 		b.reverse.inj = b.sessionHook.inj
+		b.reverse.progress = b.sessionHook.reverse
 		b.reverseCtx, b.reverseCancel = context.WithCancel(context.Background())
 		b.workers.Add(1)
 		go func() {

@@ -71,12 +71,20 @@ type sessionPositions struct {
 	// between the replay's passes (replayed) and goes when the replay has
 	// caught up (caughtUp).
 	frontier map[tp]int64
-	dirty    bool
+	// reverse caps the positions of partitions the reverse path consumes
+	// at what it has handed out (nil: no reverse path; reverse_progress.go),
+	// but only what it handed out while the session was live: offline, or
+	// resuming until its replay caught up, the caps are those of the moment
+	// it stopped being live (frozen; missing or -1: nothing handed out).
+	reverse *reverseProgress
+	offline bool
+	frozen  map[tp]int64
+	dirty   bool
 }
 
-func newSessionPositions(from []state.Position, pending []state.Pending) *sessionPositions {
+func newSessionPositions(from []state.Position, pending []state.Pending, reverse *reverseProgress) *sessionPositions {
 	p := &sessionPositions{base: map[tp]int64{}, delivered: map[tp]int64{}, pending: map[uint16]coord{},
-		resend: map[coord]uint16{}, frontier: map[tp]int64{}}
+		resend: map[coord]uint16{}, frontier: map[tp]int64{}, reverse: reverse}
 	for _, q := range from {
 		k := tp{q.Topic, q.Partition}
 		p.base[k] = q.Offset
@@ -212,12 +220,52 @@ func (p *sessionPositions) replayed(k tp, end int64) {
 }
 
 // caughtUp records that the replay delivered everything up to its last
-// pass: positions follow the acknowledgements alone again.
+// pass: positions follow the acknowledgements alone again, and the session
+// is live.
 func (p *sessionPositions) caughtUp() {
 	p.mu.Lock()
 	clear(p.frontier)
+	p.offline, p.frozen = false, nil
 	p.dirty = true
 	p.mu.Unlock()
+}
+
+// notLive marks a session resumed from its record: not live until its
+// replay caught up.
+func (p *sessionPositions) notLive() {
+	p.mu.Lock()
+	p.offline = true
+	p.mu.Unlock()
+}
+
+// wentOffline freezes the reverse path's caps of a live session whose
+// client went: what the reverse path hands out from now on does not reach
+// it.
+func (p *sessionPositions) wentOffline() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.offline {
+		return
+	}
+	p.offline, p.frozen = true, map[tp]int64{}
+	for k := range p.delivered {
+		if next, applies, known := p.reverse.limit(k); applies && known {
+			p.frozen[k] = next
+		}
+	}
+}
+
+// reverseLimit is reverseProgress.limit for a live session, the frozen
+// caps otherwise; under mu.
+func (p *sessionPositions) reverseLimit(k tp) (next int64, applies, known bool) {
+	if !p.offline {
+		return p.reverse.limit(k)
+	}
+	if p.reverse == nil || !p.reverse.serves(k.topic) {
+		return 0, false, false
+	}
+	next, known = p.frozen[k]
+	return next, true, known
 }
 
 // pendingList returns the unacknowledged deliveries to write.
@@ -242,6 +290,19 @@ func (p *sessionPositions) snapshot() []state.Position {
 		pos[k] = o
 	}
 	for k, o := range p.delivered {
+		base, hasBase := p.base[k]
+		switch next, applies, known := p.reverseLimit(k); {
+		case !applies:
+		case known:
+			// Below the base the records were handed out already (a replay).
+			o = min(o, max(next, base))
+		case hasBase:
+			o = base
+		default:
+			// Nothing of k handed out by the reverse path yet, and no base:
+			// no position, so a resume reads k from the subscription's time.
+			continue
+		}
 		pos[k] = max(pos[k], o)
 	}
 	for _, c := range p.pending {

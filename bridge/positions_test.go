@@ -88,7 +88,7 @@ func TestResendKeepsItsCoordinate(t *testing.T) {
 	h := newSessionHook(testLogger(t), server, nil, "a", time.Second, nil)
 	h.inj = new(injections)
 	cl := server.NewClient(nil, "t", "dev", false)
-	o := &ownedSession{cl: cl, pos: newSessionPositions(nil, nil)}
+	o := &ownedSession{cl: cl, pos: newSessionPositions(nil, nil, nil)}
 	h.owned["dev"] = o
 	first := coord{"k", 0, 7}
 	live := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, PacketID: 3, Origin: "pub"}
@@ -118,7 +118,7 @@ func TestSessionAckIsTheClients(t *testing.T) {
 	server := mqtt.New(&mqtt.Options{InlineClient: true})
 	h := newSessionHook(testLogger(t), server, nil, "a", time.Second, nil)
 	cl := server.NewClient(nil, "t", "dev", false)
-	o := &ownedSession{cl: cl, pos: newSessionPositions(nil, nil)}
+	o := &ownedSession{cl: cl, pos: newSessionPositions(nil, nil, nil)}
 	h.owned["dev"] = o
 	o.pos.sent(3, coord{"k", 0, 7})
 	for _, typ := range []byte{packets.Puback, packets.Pubcomp, packets.Pubrel} {
@@ -143,7 +143,7 @@ func TestSessionAckIsTheClients(t *testing.T) {
 // sessions that resumed twice). The same holds between the replay's two
 // passes, until the last pass has read what was appended meanwhile.
 func TestPositionStopsAtReplayFrontier(t *testing.T) {
-	p := newSessionPositions(nil, nil)
+	p := newSessionPositions(nil, nil, nil)
 	k := tp{"k", 0}
 	p.reading(k, 10)
 	p.reading(k, 16)
@@ -166,5 +166,37 @@ func TestPositionStopsAtReplayFrontier(t *testing.T) {
 	p.caughtUp()
 	if pos := p.snapshot(); len(pos) != 1 || pos[0].Offset != 46 {
 		t.Fatalf("positions after the replay caught up: %+v, want offset 46", pos)
+	}
+}
+
+// TestPositionStopsAtReverseProgress: a partition the reverse path consumes
+// reaches a session by two paths, and the local one is faster: the
+// session's acknowledgement of offset 40 (a local delivery) must not move
+// its position past what the reverse path has handed out; a resume from 41
+// skipped the rest for good.
+func TestPositionStopsAtReverseProgress(t *testing.T) {
+	rp := newReverseProgress(func(topic string) bool { return topic == "rev" })
+	p := newSessionPositions(nil, nil, rp)
+	p.sent(1, coord{"rev", 0, 40})
+	p.sent(2, coord{"fwd", 0, 40})
+	p.acked(1)
+	p.acked(2)
+	at := func() map[string]int64 {
+		out := map[string]int64{}
+		for _, q := range p.snapshot() {
+			out[q.Topic] = q.Offset
+		}
+		return out
+	}
+	if pos := at(); len(pos) != 1 || pos["fwd"] != 41 {
+		t.Fatalf("positions %v before the reverse path handed out anything of rev/0: want none for rev (a resume reads it from the subscription's time), fwd 41", pos)
+	}
+	rp.handled(tp{"rev", 0}, 17)
+	if pos := at(); pos["rev"] != 17 {
+		t.Fatalf("position of rev/0 %d with the reverse path at 17, want 17", pos["rev"])
+	}
+	rp.handled(tp{"rev", 0}, 60)
+	if pos := at(); pos["rev"] != 41 {
+		t.Fatalf("position of rev/0 %d with the reverse path past it, want 41", pos["rev"])
 	}
 }

@@ -44,7 +44,7 @@ func TestLastPassWaitsForHeldLiveDelivery(t *testing.T) {
 	got := make(chan string, 8)
 	go readPublishes(cliConn, got)
 	t.Cleanup(func() { cl.Stop(nil); _ = cliConn.Close(); _ = server.Close() })
-	o := &ownedSession{cl: cl, pos: newSessionPositions(nil, nil)}
+	o := &ownedSession{cl: cl, pos: newSessionPositions(nil, nil, nil)}
 	h.owned["dev"] = o
 
 	tm, err := topicmap.New(topicmap.Config{})

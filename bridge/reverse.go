@@ -59,6 +59,7 @@ type reverse struct {
 	// retained table before their offset can be committed.
 	retained *retainedState
 	inj      *injections // positions of persistent subscribers
+	progress *reverseProgress
 	commits  *committer
 	client   *kgo.Client
 	inline   *mqtt.Client
@@ -183,6 +184,9 @@ func (r *reverse) partition(ctx context.Context) func(kgo.FetchTopicPartition) {
 			return
 		}
 		r.commits.handled(last)
+		if r.progress != nil {
+			r.progress.handled(tp{p.Topic, p.Partition}, last.Offset+1)
+		}
 		lag := max(p.HighWatermark-last.Offset-1, 0)
 		r.metrics.reverseLag.WithLabelValues(p.Topic, strconv.Itoa(int(p.Partition))).Set(float64(lag))
 	}

@@ -60,6 +60,7 @@ type sessionHook struct {
 	wills      *willKeeper        // publishes the Wills of dead instances' clients (nil: off)
 	holding    atomic.Int32       // sessions holding live deliveries (replay_hold.go)
 	tracking   atomic.Int32       // sessions tracking their unwritten live deliveries (replay_hold.go)
+	reverse    *reverseProgress   // caps positions at what the reverse path handed out (nil: no reverse path)
 }
 
 // ownedSession is a session this instance owns: the connection that
@@ -132,7 +133,7 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	rec.Epoch = state.NextEpoch(epochOf(prev), start)
 	o := &ownedSession{cl: cl}
 	if pers {
-		o.pos = newSessionPositions(nil, nil)
+		o.pos = newSessionPositions(nil, nil, h.reverse)
 	}
 	switch {
 	case resume && prev != nil && !prev.Clean && !prev.Expired(start):
@@ -146,7 +147,8 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 			o.pos = old.pos
 			o.pos.inherit()
 		} else {
-			o.pos = newSessionPositions(prev.Positions, prev.Pending)
+			o.pos = newSessionPositions(prev.Positions, prev.Pending, h.reverse)
+			o.pos.notLive()
 		}
 		o.resumed = prev.Subs
 		h.prepareLocal(cl.ID)
@@ -196,6 +198,9 @@ func (h *sessionHook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 		return
 	}
 	if len(o.resumedSubs()) == 0 {
+		if o.pos != nil {
+			o.pos.caughtUp() // nothing was owed while it was away: live now
+		}
 		return
 	}
 	if h.subscribed != nil {
@@ -320,6 +325,9 @@ func (h *sessionHook) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
 	if expire || o.rec.Clean {
 		h.end(o)
 		return
+	}
+	if o.pos != nil {
+		o.pos.wentOffline()
 	}
 	now := time.Now()
 	if err := h.update(o, func(r *state.Session) {

@@ -40,6 +40,9 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 	// its table is set before any client can connect.
 	hook := newSessionHook(b.log, b.server, nil, b.cfg.Instance.ID, b.cfg.Kafka.AckTimeout, sm)
 	hook.inj = new(injections)
+	if len(b.cfg.Reverse.Topics) > 0 {
+		hook.reverse = newReverseProgress(reverseTopicMatcher(b.cfg.Reverse.Topics))
+	}
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, sec...)...)
 	if err != nil {
 		return fmt.Errorf("replay admin client: %w", err)

@@ -1,0 +1,100 @@
+package bridge
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	pahov3 "github.com/eclipse/paho.mqtt.golang"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-bridge/ferry/internal/kafkatest"
+)
+
+// TestResumeAfterLocalDeliveryOvertookReverse: one partition reaches a
+// persistent session by two paths. Records other writers put in Kafka come
+// through the reverse consumer (held back here, as when it lags behind
+// slow subscribers); a publish on this instance comes through the local
+// delivery at once. The session acknowledges the local one (offset 5) and
+// goes: the position it leaves must not pass offsets 0..4, which nobody
+// delivered to it yet. The reverse path then hands them out while the
+// session is away (to nobody), and the resume must still bring them.
+// Before, the position was 6 and the resume brought nothing.
+func TestResumeAfterLocalDeliveryOvertookReverse(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	k, m := revTopic(t, "twopath")
+	kafkatest.CreateTopic(t, brokers, k, 1, nil)
+	cfg := reverseConfig(brokers, k)
+	cfg.State.SessionsTopic = "_ferry_sessions_t" + randHex(4)
+	cfg.State.RetainedTopic = "_ferry_retained_t" + randHex(4)
+	hold := make(chan struct{})
+	cfg.reverseHold = hold
+	b := startBridge(t, cfg)
+
+	id := "twopath-" + randHex(3)
+	got := make(chan string, 100)
+	persistent := func(o *pahov3.ClientOptions) {
+		o.SetCleanSession(false).SetDefaultPublishHandler(func(_ pahov3.Client, msg pahov3.Message) { got <- string(msg.Payload()) })
+	}
+	sub := connectPaho(t, b.MQTTAddr(), id, persistent)
+	if tok := sub.Subscribe(m, 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	var want []string
+	var recs []*kgo.Record
+	for i := range 5 {
+		want = append(want, fmt.Sprint("r", i))
+		recs = append(recs, &kgo.Record{Topic: k, Value: []byte(want[i])})
+	}
+	produceAll(t, kgoProducer(t, brokers), recs)
+	pub := connectPaho(t, b.MQTTAddr(), "twopath-pub-"+randHex(3))
+	if tok := pub.Publish(m, 1, false, "m5"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish: %v", tok.Error())
+	}
+	select {
+	case p := <-got:
+		if p != "m5" {
+			t.Fatalf("got %q first, want the local delivery m5 (the reverse path is held)", p)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the local delivery m5 did not arrive")
+	}
+	sub.Disconnect(250)
+	waitFor(t, 10*time.Second, "the session's record after the disconnect", func() bool {
+		rec := sessionIn(t, readTable(t, cfg.Kafka.Brokers, cfg.State.SessionsTopic), id)
+		if rec == nil || rec.Connected {
+			return false
+		}
+		t.Logf("the record after the disconnect: positions %+v, pending %+v", rec.Positions, rec.Pending)
+		for _, p := range rec.Positions {
+			if p.Topic == k && p.Offset > 0 {
+				t.Fatalf("the session left position %d in %s/%d: past offsets 0..4, which the reverse path had not delivered yet", p.Offset, k, p.Partition)
+			}
+		}
+		return true
+	})
+
+	// The reverse path goes on while the session is away: what it hands
+	// out now reaches nobody, and must not count for the session.
+	close(hold)
+	waitFor(t, 10*time.Second, "the reverse path past the records", func() bool {
+		next, _, known := b.sessionHook.reverse.limit(tp{k, 0})
+		return known && next >= 6
+	})
+	sub2 := connectPaho(t, b.MQTTAddr(), id, persistent)
+	defer sub2.Disconnect(100)
+	var arrived []string
+	deadline := time.After(20 * time.Second)
+	missing := func() bool {
+		return slices.ContainsFunc(want, func(w string) bool { return !slices.Contains(arrived, w) })
+	}
+	for missing() {
+		select {
+		case p := <-got:
+			arrived = append(arrived, p)
+		case <-deadline:
+			t.Fatalf("after the resume the session got %v, want %v (each at least once)", arrived, want)
+		}
+	}
+}
