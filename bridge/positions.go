@@ -79,12 +79,16 @@ type sessionPositions struct {
 	reverse *reverseProgress
 	offline bool
 	frozen  map[tp]int64
-	dirty   bool
+	// missed is, per partition, the oldest message mochi dropped instead of
+	// delivering (its client's outbound queue was full): a position stays
+	// at it until a replay reads past it.
+	missed map[tp]int64
+	dirty  bool
 }
 
 func newSessionPositions(from []state.Position, pending []state.Pending, reverse *reverseProgress) *sessionPositions {
 	p := &sessionPositions{base: map[tp]int64{}, delivered: map[tp]int64{}, pending: map[uint16]coord{},
-		resend: map[coord]uint16{}, frontier: map[tp]int64{}, reverse: reverse}
+		resend: map[coord]uint16{}, frontier: map[tp]int64{}, missed: map[tp]int64{}, reverse: reverse}
 	for _, q := range from {
 		k := tp{q.Topic, q.Partition}
 		p.base[k] = q.Offset
@@ -169,6 +173,27 @@ func (p *sessionPositions) sent(pid uint16, c coord) {
 	p.mu.Unlock()
 }
 
+// dropped records that mochi dropped the delivery of the message at c
+// (recorded as pending under a packet id mochi frees again): a later
+// resume must deliver it.
+func (p *sessionPositions) dropped(c coord) {
+	if c.offset < 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for pid, q := range p.pending {
+		if q == c {
+			delete(p.pending, pid)
+		}
+	}
+	k := c.tp()
+	if m, ok := p.missed[k]; !ok || c.offset < m {
+		p.missed[k] = c.offset
+	}
+	p.dirty = true
+}
+
 // isPending reports whether a delivery under packet id pid awaits its
 // acknowledgement.
 func (p *sessionPositions) isPending(pid uint16) bool {
@@ -212,6 +237,9 @@ func (p *sessionPositions) reading(k tp, next int64) {
 func (p *sessionPositions) replayed(k tp, end int64) {
 	p.mu.Lock()
 	p.frontier[k] = end
+	if m, ok := p.missed[k]; ok && m < end {
+		delete(p.missed, k)
+	}
 	if end > p.base[k] {
 		p.base[k] = end
 	}
@@ -309,6 +337,11 @@ func (p *sessionPositions) snapshot() []state.Position {
 		k := c.tp()
 		if cur, ok := pos[k]; !ok || c.offset < cur {
 			pos[k] = c.offset
+		}
+	}
+	for k, m := range p.missed {
+		if cur, ok := pos[k]; !ok || m < cur {
+			pos[k] = m
 		}
 	}
 	for k, f := range p.frontier {

@@ -3,10 +3,13 @@ package bridge
 import (
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	pahov3 "github.com/eclipse/paho.mqtt.golang"
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-bridge/ferry/internal/kafkatest"
@@ -97,4 +100,91 @@ func TestResumeAfterLocalDeliveryOvertookReverse(t *testing.T) {
 			t.Fatalf("after the resume the session got %v, want %v (each at least once)", arrived, want)
 		}
 	}
+}
+
+// TestDroppedDeliveryComesWithResume: a persistent session's writes are
+// held up (as the replay's last pass holds live deliveries, replay_hold.go)
+// while QoS 1 messages for it keep coming; its outbound queue
+// (mqtt.client_writes_pending 4) overflows, and mochi drops deliveries
+// after putting them in flight, and never redelivers them. The session
+// must still get every message when it resumes on the same instance.
+// Before, the dropped ones stayed recorded as in flight, the resume counted
+// on mochi to resend them, and they were lost.
+func TestDroppedDeliveryComesWithResume(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	cfg := testConfig(brokers)
+	cfg.State.SessionsTopic = "_ferry_sessions_t" + randHex(4)
+	cfg.State.RetainedTopic = "_ferry_retained_t" + randHex(4)
+	cfg.MQTT.ClientWritesPending = 4
+	b := startBridge(t, cfg)
+	topic, id := "drop/"+randHex(4), "drop-"+randHex(3)
+	block := &blockWrites{id: id, release: make(chan struct{})}
+	if err := b.server.AddHook(block, nil); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 100)
+	persistent := func(o *pahov3.ClientOptions) {
+		o.SetCleanSession(false).SetDefaultPublishHandler(func(_ pahov3.Client, m pahov3.Message) { got <- string(m.Payload()) })
+	}
+	sub := connectPaho(t, b.MQTTAddr(), id, persistent)
+	if tok := sub.Subscribe(topic, 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	block.on.Store(true)
+	pub := connectPaho(t, b.MQTTAddr(), "drop-pub-"+randHex(3))
+	const n = 20
+	for i := range n {
+		if tok := pub.Publish(topic, 1, false, fmt.Sprint(i)); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish %d: %v", i, tok.Error())
+		}
+	}
+	if drops := metricValue(t, b, "ferry_mqtt_subscriber_drops_total", nil); drops == 0 {
+		t.Fatal("no delivery dropped: the test did not overflow the outbound queue")
+	}
+	block.on.Store(false)
+	close(block.release)
+	sub.Disconnect(100)
+	waitFor(t, 10*time.Second, "the session offline", func() bool {
+		cl, ok := b.server.Clients.Get(id)
+		return ok && cl.Closed()
+	})
+
+	sub2 := connectPaho(t, b.MQTTAddr(), id, persistent)
+	defer sub2.Disconnect(100)
+	seen := map[string]bool{}
+	deadline := time.After(20 * time.Second)
+	for len(seen) < n {
+		select {
+		case p := <-got:
+			seen[p] = true
+		case <-deadline:
+			var missing []int
+			for i := range n {
+				if !seen[fmt.Sprint(i)] {
+					missing = append(missing, i)
+				}
+			}
+			t.Fatalf("the session has %d of %d messages; missing %v", len(seen), n, missing)
+		}
+	}
+}
+
+// blockWrites holds one client's outgoing PUBLISH packets in OnPacketEncode
+// (before mochi takes the client's lock) while on, until release closes.
+type blockWrites struct {
+	mqtt.HookBase
+	id      string
+	on      atomic.Bool
+	release chan struct{}
+}
+
+func (h *blockWrites) ID() string { return "test-block-writes" }
+
+func (h *blockWrites) Provides(b byte) bool { return b == mqtt.OnPacketEncode }
+
+func (h *blockWrites) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	if h.on.Load() && cl.ID == h.id && pk.FixedHeader.Type == packets.Publish {
+		<-h.release
+	}
+	return pk
 }

@@ -105,7 +105,7 @@ func (h *sessionHook) Provides(b byte) bool {
 	switch b {
 	case mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnSubscribed, mqtt.OnUnsubscribed,
 		mqtt.OnDisconnect, mqtt.OnClientExpired, mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped,
-		mqtt.OnPacketEncode, mqtt.OnPacketSent:
+		mqtt.OnPacketEncode, mqtt.OnPacketSent, mqtt.OnPublishDropped:
 		return true
 	}
 	return false
@@ -368,6 +368,28 @@ func (h *sessionHook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, 
 		}
 		o.live.enqueued(pk.PacketID, c)
 	}
+}
+
+// OnPublishDropped: mochi dropped a delivery because the client's outbound
+// queue (mqtt.client_writes_pending) was full, after it had put it in
+// flight and freed its packet id again: it never redelivers it. For a
+// persistent session the message must come with a replay: its position
+// stays at it, and the client is disconnected (it could not keep up) so
+// that it resumes, on this instance or another.
+func (h *sessionHook) OnPublishDropped(cl *mqtt.Client, pk packets.Packet) {
+	if pk.FixedHeader.Qos == 0 {
+		return
+	}
+	o := h.ownedBy(cl)
+	if o == nil || o.pos == nil {
+		return
+	}
+	if c, ok := h.inj.of(pk.Origin); ok {
+		o.pos.dropped(c)
+	}
+	h.logs.Warn("dropped:"+cl.ID, "persistent session's delivery dropped (its outbound queue is full): disconnecting it; it gets the message when it resumes",
+		"client", cl.ID, "client_writes_pending", h.server.Options.Capabilities.MaximumClientWritesPending)
+	cl.Stop(errSubscriberTooSlow)
 }
 
 // OnQosComplete records the client's acknowledgement of a delivery: its
