@@ -20,8 +20,4 @@ var (
 	ErrRingFull = errors.New("ring full")
 	// ErrClosed: the bridge is shutting down.
 	ErrClosed = errors.New("bridge closed")
-
-	// errSubscriberTooSlow ends the connection of a persistent session
-	// whose outbound queue overflowed (sessionHook.OnPublishDropped).
-	errSubscriberTooSlow = errors.New("subscriber too slow: its outbound queue (mqtt.client_writes_pending) overflowed")
 )

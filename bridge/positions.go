@@ -175,23 +175,29 @@ func (p *sessionPositions) sent(pid uint16, c coord) {
 
 // dropped records that mochi dropped the delivery of the message at c
 // (recorded as pending under a packet id mochi frees again): a later
-// resume must deliver it.
-func (p *sessionPositions) dropped(c coord) {
+// resume must deliver it. False: no such delivery was pending (QoS 0).
+func (p *sessionPositions) dropped(c coord) bool {
 	if c.offset < 0 {
-		return
+		return false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	found := false
 	for pid, q := range p.pending {
 		if q == c {
 			delete(p.pending, pid)
+			found = true
 		}
+	}
+	if !found {
+		return false
 	}
 	k := c.tp()
 	if m, ok := p.missed[k]; !ok || c.offset < m {
 		p.missed[k] = c.offset
 	}
 	p.dirty = true
+	return true
 }
 
 // isPending reports whether a delivery under packet id pid awaits its

@@ -109,7 +109,7 @@ func TestResumeAfterLocalDeliveryOvertookReverse(t *testing.T) {
 // after putting them in flight, and never redelivers them. The session
 // must still get every message when it resumes on the same instance.
 // Before, the dropped ones stayed recorded as in flight, the resume counted
-// on mochi to resend them, and they were lost.
+// on mochi to resend them, and they were lost (15 of 20).
 func TestDroppedDeliveryComesWithResume(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	cfg := testConfig(brokers)

@@ -373,9 +373,11 @@ func (h *sessionHook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, 
 // OnPublishDropped: mochi dropped a delivery because the client's outbound
 // queue (mqtt.client_writes_pending) was full, after it had put it in
 // flight and freed its packet id again: it never redelivers it. For a
-// persistent session the message must come with a replay: its position
-// stays at it, and the client is disconnected (it could not keep up) so
-// that it resumes, on this instance or another.
+// persistent session the message stays owed: its position stops at it
+// until a replay reads past it, so the client's next resume (here or
+// anywhere) delivers it. The connection stays: a running replay may bring
+// the message anyway (it reads Kafka), and a client that cannot keep up is
+// ended by mqtt.write_timeout.
 func (h *sessionHook) OnPublishDropped(cl *mqtt.Client, pk packets.Packet) {
 	if pk.FixedHeader.Qos == 0 {
 		return
@@ -384,12 +386,10 @@ func (h *sessionHook) OnPublishDropped(cl *mqtt.Client, pk packets.Packet) {
 	if o == nil || o.pos == nil {
 		return
 	}
-	if c, ok := h.inj.of(pk.Origin); ok {
-		o.pos.dropped(c)
+	if c, ok := h.inj.of(pk.Origin); ok && o.pos.dropped(c) {
+		h.logs.Warn("dropped:"+cl.ID, "persistent session's delivery dropped (its outbound queue is full): it comes with the session's next resume",
+			"client", cl.ID, "client_writes_pending", h.server.Options.Capabilities.MaximumClientWritesPending)
 	}
-	h.logs.Warn("dropped:"+cl.ID, "persistent session's delivery dropped (its outbound queue is full): disconnecting it; it gets the message when it resumes",
-		"client", cl.ID, "client_writes_pending", h.server.Options.Capabilities.MaximumClientWritesPending)
-	cl.Stop(errSubscriberTooSlow)
 }
 
 // OnQosComplete records the client's acknowledgement of a delivery: its
