@@ -455,6 +455,13 @@ func (b *Bridge) shutdown() error {
 				errs = append(errs, fmt.Errorf("reverse close: %w", err))
 			}
 		}
+		if b.kclient != nil {
+			// Its connection pools, and the goroutine that refreshes the
+			// cluster's metadata every 3 s, outlive the producer otherwise.
+			if t, ok := b.kclient.Transport.(*kafka.Transport); ok {
+				t.CloseIdleConnections()
+			}
+		}
 		if b.http != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			errs = append(errs, b.http.close(ctx))

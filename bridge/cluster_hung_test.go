@@ -22,6 +22,7 @@ import (
 func (c *kafkaCluster) leaderOf(topic string) int {
 	c.t.Helper()
 	client := kafkatest.Client(c.addrs)
+	defer kafkatest.CloseClient(client)
 	leader := -1
 	waitFor(c.t, 20*time.Second, "a leader for "+topic, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -137,6 +138,7 @@ func TestThreeBrokersHungBroker(t *testing.T) {
 	// every 10 ms on schedule, whether the previous one was acknowledged or
 	// not (open loop: a stall shows in every publish it delays, not in one).
 	direct := kafkatest.Client(kc.addrs)
+	defer kafkatest.CloseClient(direct)
 	var slow []string // Ferry probes over 100 ms: when (from the pause) and how long
 	probe := func(d time.Duration) (viaFerry, straight latencies) {
 		var mu sync.Mutex

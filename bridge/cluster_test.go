@@ -70,7 +70,9 @@ func (c *kafkaCluster) leader(topic string) (int, int) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	md, err := kafkatest.Client(c.addrs).Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	client := kafkatest.Client(c.addrs)
+	defer kafkatest.CloseClient(client)
+	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
 		c.t.Fatalf("metadata %s: %v", topic, err)
 	}
