@@ -223,12 +223,15 @@ func (h *sessionHook) refuse(cl *mqtt.Client, err error) {
 // SUBACK: the set is made durable first. codes is the SUBACK's own slice.
 func (h *sessionHook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, codes []byte) {
 	o := h.ownedBy(cl)
-	if o == nil || o.rec.Clean {
+	if o == nil {
 		return
 	}
 	start := time.Now()
-	o.wmu.Lock()
+	o.wmu.Lock() // o.rec too: a checkpoint rewrites it
 	defer o.wmu.Unlock()
+	if o.rec.Clean {
+		return
+	}
 	h.holdResubscribed(o, cl, pk, codes)
 	before := o.rec.Subs
 	err := h.update(o, func(r *state.Session) { r.Subs = h.subsFor(o, cl, before) })
@@ -289,11 +292,14 @@ func (h *sessionHook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 		return
 	}
 	o := h.ownedBy(cl)
-	if o == nil || o.rec.Clean {
+	if o == nil {
 		return
 	}
-	o.wmu.Lock()
+	o.wmu.Lock() // o.rec too: a checkpoint rewrites it
 	defer o.wmu.Unlock()
+	if o.rec.Clean {
+		return
+	}
 	o.smu.Lock()
 	for _, f := range pk.Filters {
 		for i := 0; i < len(o.resumed); i++ {
