@@ -282,10 +282,19 @@ func (p *sessionPositions) wentOffline() {
 		return
 	}
 	p.offline, p.frozen = true, map[tp]int64{}
-	for k := range p.delivered {
+	freeze := func(k tp) {
 		if next, applies, known := p.reverse.limit(k); applies && known {
 			p.frozen[k] = next
 		}
+	}
+	for k := range p.delivered {
+		freeze(k)
+	}
+	for _, c := range p.pending {
+		freeze(c.tp())
+	}
+	for k := range p.missed {
+		freeze(k)
 	}
 }
 
@@ -324,19 +333,6 @@ func (p *sessionPositions) snapshot() []state.Position {
 		pos[k] = o
 	}
 	for k, o := range p.delivered {
-		base, hasBase := p.base[k]
-		switch next, applies, known := p.reverseLimit(k); {
-		case !applies:
-		case known:
-			// Below the base the records were handed out already (a replay).
-			o = min(o, max(next, base))
-		case hasBase:
-			o = base
-		default:
-			// Nothing of k handed out by the reverse path yet, and no base:
-			// no position, so a resume reads k from the subscription's time.
-			continue
-		}
 		pos[k] = max(pos[k], o)
 	}
 	for _, c := range p.pending {
@@ -353,6 +349,22 @@ func (p *sessionPositions) snapshot() []state.Position {
 	for k, f := range p.frontier {
 		if cur, ok := pos[k]; !ok || f < cur {
 			pos[k] = f
+		}
+	}
+	for k, o := range pos {
+		base, hasBase := p.base[k]
+		switch next, applies, known := p.reverseLimit(k); {
+		case !applies:
+		case known:
+			// Below the base the records were handed out already (a replay).
+			pos[k] = min(o, max(next, base))
+		case hasBase:
+			pos[k] = min(o, base)
+		default:
+			// Nothing of k handed out by the reverse path yet, and no base:
+			// no position (not even a pending local delivery's), so a
+			// resume reads k from the subscription's time.
+			delete(pos, k)
 		}
 	}
 	out := make([]state.Position, 0, len(pos))

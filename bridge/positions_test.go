@@ -181,6 +181,7 @@ func TestPositionStopsAtReverseProgress(t *testing.T) {
 	p.sent(2, coord{"fwd", 0, 40})
 	p.acked(1)
 	p.acked(2)
+	p.sent(3, coord{"rev", 0, 45}) // a local delivery not yet acknowledged
 	at := func() map[string]int64 {
 		out := map[string]int64{}
 		for _, q := range p.snapshot() {

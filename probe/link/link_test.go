@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -101,10 +102,13 @@ func TestDelayRTT(t *testing.T) {
 		}
 		rtts = append(rtts, time.Since(t0))
 	}
-	for _, r := range rtts {
-		if r < 40*time.Millisecond || r > 60*time.Millisecond {
-			t.Fatalf("round trips %v, want about 40 ms each", rtts)
-		}
+	// Each at least the 40 ms the link adds; the median near it (one round
+	// trip may wait for the CPU: this package runs beside the bridge's
+	// tests, and 84 ms was seen there).
+	sorted := slices.Clone(rtts)
+	slices.Sort(sorted)
+	if sorted[0] < 40*time.Millisecond || sorted[len(sorted)/2] > 60*time.Millisecond {
+		t.Fatalf("round trips %v, want each at least 40 ms and the median about 40 ms", rtts)
 	}
 	up, down := l.Stats()
 	if up.Forwarded < 5 || down.Forwarded < 5 {
