@@ -47,6 +47,9 @@ type tp struct {
 
 func (c coord) tp() tp { return tp{c.topic, c.part} }
 
+// less orders partitions by topic, then number.
+func (k tp) less(o tp) bool { return k.topic < o.topic || k.topic == o.topic && k.part < o.part }
+
 // sessionPositions is one owned persistent session's positions (guarded by
 // its own mutex: updated on delivery and acknowledgement goroutines).
 type sessionPositions struct {

@@ -37,9 +37,7 @@ func TestResumeAfterLocalDeliveryOvertookReverse(t *testing.T) {
 
 	id := "twopath-" + randHex(3)
 	got := make(chan string, 100)
-	persistent := func(o *pahov3.ClientOptions) {
-		o.SetCleanSession(false).SetDefaultPublishHandler(func(_ pahov3.Client, msg pahov3.Message) { got <- string(msg.Payload()) })
-	}
+	persistent := persistentInto(got)
 	sub := connectPaho(t, b.MQTTAddr(), id, persistent)
 	if tok := sub.Subscribe(m, 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("subscribe: %v", tok.Error())
@@ -123,9 +121,7 @@ func TestDroppedDeliveryComesWithResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make(chan string, 100)
-	persistent := func(o *pahov3.ClientOptions) {
-		o.SetCleanSession(false).SetDefaultPublishHandler(func(_ pahov3.Client, m pahov3.Message) { got <- string(m.Payload()) })
-	}
+	persistent := persistentInto(got)
 	sub := connectPaho(t, b.MQTTAddr(), id, persistent)
 	if tok := sub.Subscribe(topic, 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("subscribe: %v", tok.Error())
@@ -187,4 +183,12 @@ func (h *blockWrites) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets
 		<-h.release
 	}
 	return pk
+}
+
+// persistentInto makes a paho client a persistent session (clean session
+// 0) whose messages' payloads go to got.
+func persistentInto(got chan<- string) func(*pahov3.ClientOptions) {
+	return func(o *pahov3.ClientOptions) {
+		o.SetCleanSession(false).SetDefaultPublishHandler(func(_ pahov3.Client, m pahov3.Message) { got <- string(m.Payload()) })
+	}
 }

@@ -542,7 +542,7 @@ func spans(starts, ends map[tp]int64) string {
 		keys = append(keys, k)
 	}
 	sort.Slice(keys, func(i, j int) bool {
-		return keys[i].topic < keys[j].topic || keys[i].topic == keys[j].topic && keys[i].part < keys[j].part
+		return keys[i].less(keys[j])
 	})
 	var b strings.Builder
 	for _, k := range keys {

@@ -60,7 +60,7 @@ func (rs *replayRun) drain(ctx context.Context, ends map[tp]int64) error {
 			keys = append(keys, k)
 		}
 		sort.Slice(keys, func(i, j int) bool {
-			return keys[i].topic < keys[j].topic || keys[i].topic == keys[j].topic && keys[i].part < keys[j].part
+			return keys[i].less(keys[j])
 		})
 		for _, k := range keys {
 			if err := rs.waitWritten(ctx, d.blocked[k]); err != nil {

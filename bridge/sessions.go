@@ -40,8 +40,9 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 	// its table is set before any client can connect.
 	hook := newSessionHook(b.log, b.server, nil, b.cfg.Instance.ID, b.cfg.Kafka.AckTimeout, sm)
 	hook.inj = new(injections)
+	isReverse := reverseTopicMatcher(b.cfg.Reverse.Topics)
 	if len(b.cfg.Reverse.Topics) > 0 {
-		hook.reverse = newReverseProgress(reverseTopicMatcher(b.cfg.Reverse.Topics))
+		hook.reverse = newReverseProgress(isReverse)
 	}
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, sec...)...)
 	if err != nil {
@@ -52,7 +53,7 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 	hook.replays = &replayer{h: hook, log: b.log.With("component", "replay"), tm: b.tm,
 		opts: append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, sec...), admin: kadm.NewClient(cl),
 		topics:    newTopicLister(kadm.NewClient(cl)),
-		isReverse: reverseTopicMatcher(b.cfg.Reverse.Topics), slots: make(chan struct{}, maxReplays), metrics: sm, stop: b.stateStop,
+		isReverse: isReverse, slots: make(chan struct{}, maxReplays), metrics: sm, stop: b.stateStop,
 		maxQueued: b.cfg.State.MaxQueued, queueDrops: b.metrics.drops.WithLabelValues("session_queue_full")}
 	// Wills of dead instances' clients (wills.go): liveness from the
 	// heartbeats the instance check reads; it sees every session record
