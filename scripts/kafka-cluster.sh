@@ -78,6 +78,44 @@ cluster_brokers_seen() {
 	echo 0
 }
 
+# node_exited: the node start_broker launched is gone. start_broker returns before its shell has
+# written the pid file and exec'd java, so a missing pid file means "still starting", not
+# "exited" (reading it as exited failed a clean-clone test run: "node 1 exited during startup",
+# its log ending at the storage format, and the three nodes went on running unowned).
+node_exited() {
+	[[ -s "$PIDFILE" ]] || return 1
+	! running_pid >/dev/null
+}
+
+# STARTED lists the nodes this `up` launched (cluster_abort stops them if it fails).
+STARTED=()
+
+# cluster_start I launches node I and remembers it.
+cluster_start() {
+	node_vars "$1"
+	STARTED+=("$1")
+	start_broker
+}
+
+# cluster_abort stops the nodes a failed `up` launched: on any exit but success (a node that
+# died, a cluster not ready in time) they must not run on without an owner. Nodes that were
+# already running stay. A node still starting may not have written its pid file yet: wait for
+# it, bounded.
+cluster_abort() {
+	local rc=$? i j
+	((rc == 0)) && return 0
+	for i in "${STARTED[@]}"; do
+		node_vars "$i"
+		for ((j = 0; j < 50; j++)); do
+			[[ -s "$PIDFILE" ]] && break
+			sleep 0.1
+		done
+	done
+	log "up failed: stopping the node(s) it started (${STARTED[*]})"
+	STOP_TIMEOUT=0 cluster_stop_all "${STARTED[@]}"
+	exit "$rc"
+}
+
 # cluster_wait T0 WANT: wait until a metadata answer lists every running node.
 cluster_wait() {
 	local t0=$1 want=$2 i n addrs
@@ -86,7 +124,7 @@ cluster_wait() {
 	while :; do
 		for ((i = 1; i <= NODES; i++)); do
 			node_vars "$i"
-			if [[ ! -f "$STATE/killed" ]] && ! running_pid >/dev/null; then
+			if [[ ! -f "$STATE/killed" ]] && node_exited; then
 				tail -n 40 "$LOG" >&2
 				die "node $i exited during startup (log: $LOG)"
 			fi
@@ -126,13 +164,15 @@ cluster_up() {
 			elif [[ -f "$STATE/killed" && -f "$PROPS" ]]; then
 				rm -f "$STATE/killed" "$PIDFILE"
 				log "restarting killed node $i with its data $(<"$DATAFILE")"
-				start_broker
+				trap cluster_abort EXIT
+				cluster_start "$i"
 				restarted=$((restarted + 1))
 			fi
 		done
 		if ((running + restarted == NODES)); then
 			((restarted == 0)) && log "reusing running cluster ($CSTATE)"
 			cluster_wait "$t0" "$NODES"
+			trap - EXIT
 			return 0
 		fi
 		log "cluster state incomplete ($running running): starting afresh"
@@ -167,11 +207,12 @@ cluster_up() {
 	for ((i = 1; i <= NODES; i++)); do wait -n || fail=1; done
 	((fail)) && die "storage format failed (logs: $CSTATE/node*/broker.log)"
 	echo "$addrs" >"$CSTATE/bootstrap"
+	trap cluster_abort EXIT
 	for ((i = 1; i <= NODES; i++)); do
-		node_vars "$i"
-		start_broker
+		cluster_start "$i"
 	done
 	cluster_wait "$t0" "$NODES"
+	trap - EXIT
 }
 
 # cluster_pick_port EXCLUDED...: a free port in 20000-32767 not in the excluded list: below
@@ -188,10 +229,12 @@ cluster_pick_port() {
 	die "no free port found"
 }
 
-# cluster_stop_all stops every node of this state dir (TERM, then KILL after STOP_TIMEOUT).
+# cluster_stop_all [N...] stops the given nodes, by default every node of this state dir
+# (TERM, then KILL after STOP_TIMEOUT).
 cluster_stop_all() {
-	local i j pid pids=()
-	for ((i = 1; i <= NODES; i++)); do
+	local i j pid pids=() nodes=("$@")
+	((${#nodes[@]})) || nodes=($(seq 1 "$NODES"))
+	for i in "${nodes[@]}"; do
 		node_vars "$i"
 		if pid=$(running_pid); then
 			kill -CONT "$pid" 2>/dev/null || true # a paused node cannot stop
