@@ -39,12 +39,12 @@ type liveHold struct {
 // tracking counts the sessions whose live deliveries are tracked (a gate
 // that keeps OnPacketSent cheap when no replay runs).
 func (l *liveHold) start(holding, tracking *atomic.Int32) (release func()) {
+	tracking.Add(1) // first: OnQosPublish calls enqueued only when it is not 0
 	l.mu.Lock()
 	l.ch = make(chan struct{})
 	l.tracking = true
 	l.unwritten = map[uint16]coord{}
 	l.mu.Unlock()
-	tracking.Add(1)
 	holding.Add(1)
 	var once sync.Once
 	return func() {

@@ -27,7 +27,9 @@ func TestHarnessRoundTrip(t *testing.T) {
 	// The topic config is what we asked for.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	dc, err := Client(brokers).DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{
+	admin := Client(brokers)
+	defer CloseClient(admin)
+	dc, err := admin.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{
 		Resources: []kafka.DescribeConfigRequestResource{{
 			ResourceType: kafka.ResourceTypeTopic,
 			ResourceName: topic,
