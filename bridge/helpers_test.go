@@ -22,7 +22,15 @@ import (
 // testLogger writes to the test log only when FERRY_TEST_LOG is set.
 func testLogger(t testing.TB) *slog.Logger {
 	if os.Getenv("FERRY_TEST_LOG") == "" {
-		return slog.New(slog.DiscardHandler)
+		// Quiet, but a failing test shows what the bridge warned about
+		// (a clean-clone run's failure is all one gets).
+		buf := &cappedBuffer{max: 64 << 10}
+		t.Cleanup(func() {
+			if t.Failed() && buf.Len() > 0 {
+				t.Logf("the bridge's warnings (FERRY_TEST_LOG=1 shows every line):\n%s", buf)
+			}
+		})
+		return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	level := slog.LevelDebug // FERRY_TEST_LOG=1; or a level name: FERRY_TEST_LOG=warn
 	_ = level.UnmarshalText([]byte(os.Getenv("FERRY_TEST_LOG")))
@@ -216,3 +224,25 @@ func rawConn(t testing.TB, addr string) net.Conn {
 
 var _ = io.Discard
 var _ = fmt.Sprintf
+
+// cappedBuffer keeps the first max bytes written to it.
+type cappedBuffer struct {
+	lockedBuffer
+	max int
+}
+
+func (c *cappedBuffer) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.b.Len()+len(p) <= c.max {
+		c.b.Write(p)
+	}
+	return len(p), nil
+}
+
+// Len returns how many bytes it keeps.
+func (c *cappedBuffer) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.b.Len()
+}

@@ -86,12 +86,17 @@ type sessionPositions struct {
 	// delivering (its client's outbound queue was full): a position stays
 	// at it until a replay reads past it.
 	missed map[tp]int64
-	dirty  bool
+	// drops are the dropped deliveries of partitions a replay reads now
+	// (frontier): a pass that met one as pending skipped it, and delivers
+	// it after all (takeDropped, replay_defer.go).
+	drops map[coord]bool
+	dirty bool
 }
 
 func newSessionPositions(from []state.Position, pending []state.Pending, reverse *reverseProgress) *sessionPositions {
 	p := &sessionPositions{base: map[tp]int64{}, delivered: map[tp]int64{}, pending: map[uint16]coord{},
-		resend: map[coord]uint16{}, frontier: map[tp]int64{}, missed: map[tp]int64{}, reverse: reverse}
+		resend: map[coord]uint16{}, frontier: map[tp]int64{}, missed: map[tp]int64{}, drops: map[coord]bool{},
+		reverse: reverse}
 	for _, q := range from {
 		k := tp{q.Topic, q.Partition}
 		p.base[k] = q.Offset
@@ -199,7 +204,22 @@ func (p *sessionPositions) dropped(c coord) bool {
 	if m, ok := p.missed[k]; !ok || c.offset < m {
 		p.missed[k] = c.offset
 	}
+	if _, ok := p.frontier[k]; ok {
+		p.drops[c] = true
+	}
 	p.dirty = true
+	return true
+}
+
+// takeDropped reports, once, whether the delivery of the message at c was
+// dropped while a replay read its partition.
+func (p *sessionPositions) takeDropped(c coord) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.drops[c] {
+		return false
+	}
+	delete(p.drops, c)
 	return true
 }
 
@@ -249,6 +269,11 @@ func (p *sessionPositions) replayed(k tp, end int64) {
 	if m, ok := p.missed[k]; ok && m < end {
 		delete(p.missed, k)
 	}
+	for c := range p.drops {
+		if c.tp() == k && c.offset < end {
+			delete(p.drops, c)
+		}
+	}
 	if end > p.base[k] {
 		p.base[k] = end
 	}
@@ -262,6 +287,7 @@ func (p *sessionPositions) replayed(k tp, end int64) {
 func (p *sessionPositions) caughtUp() {
 	p.mu.Lock()
 	clear(p.frontier)
+	clear(p.drops)
 	p.offline, p.frozen = false, nil
 	p.dirty = true
 	p.mu.Unlock()

@@ -153,7 +153,7 @@ func (rs *replayRun) catchUp(ctx context.Context) error {
 	// What Kafka appended between the listing and the subscriptions going
 	// live: read it too (a message delivered live meanwhile comes twice),
 	// behind the live deliveries it meets (replay_defer.go).
-	rs.later = &deferrals{blocked: map[tp]uint16{}, kept: map[tp][]*kgo.Record{}}
+	rs.later = newDeferrals()
 	ends, err = rs.pass(ctx, ends)
 	release()
 	if err != nil {
@@ -356,7 +356,7 @@ func (rs *replayRun) deliver(ctx context.Context, rec *kgo.Record, hdrs []topicm
 		// written: the partition's later records wait for it.
 		if rs.later != nil {
 			if id, ok := rs.o.live.unwrittenAt(c); ok {
-				rs.later.block(c.tp(), id)
+				rs.later.block(rec, id)
 			}
 		}
 		return nil

@@ -21,9 +21,22 @@ import (
 // stop at another unwritten live delivery). A partition's position moves
 // past its end only once all of them are delivered: a replay cut short
 // leaves them to the next resume.
+//
+// The live delivery waited for may be dropped instead of written: mochi
+// drops a delivery whose client's outbound queue is full, right after
+// putting it in flight (OnQosPublish, then OnPublishDropped). A pass that
+// met its record between the two skipped it as pending; the drain then
+// delivers it first (its record is kept as the partition's head), else the
+// pass ended past a message the client never got.
 type deferrals struct {
-	blocked map[tp]uint16 // partition -> packet id of the live delivery it waits for
+	blocked map[tp]uint16      // partition -> packet id of the live delivery it waits for
+	heads   map[tp]*kgo.Record // partition -> the record of that live delivery
 	kept    map[tp][]*kgo.Record
+}
+
+// newDeferrals returns the last pass's empty deferrals.
+func newDeferrals() *deferrals {
+	return &deferrals{blocked: map[tp]uint16{}, heads: map[tp]*kgo.Record{}, kept: map[tp][]*kgo.Record{}}
 }
 
 // maxWaitWritten bounds the wait for one live delivery to be written; past
@@ -46,8 +59,13 @@ func (d *deferrals) keep(rec *kgo.Record) {
 	d.kept[k] = append(d.kept[k], rec)
 }
 
-// block makes partition k wait for the live delivery under pid.
-func (d *deferrals) block(k tp, pid uint16) { d.blocked[k] = pid }
+// block makes the partition of rec wait for the live delivery of rec under
+// pid.
+func (d *deferrals) block(rec *kgo.Record, pid uint16) {
+	k := tp{rec.Topic, rec.Partition}
+	d.blocked[k] = pid
+	d.heads[k] = rec
+}
 
 // drain delivers the kept records, each partition after the live delivery
 // it waits for is written, and then moves its position to its end. The
@@ -67,6 +85,13 @@ func (rs *replayRun) drain(ctx context.Context, ends map[tp]int64) error {
 				return err
 			}
 			delete(d.blocked, k)
+			head := d.heads[k]
+			delete(d.heads, k)
+			if rs.o.pos.takeDropped(coord{head.Topic, head.Partition, head.Offset}) {
+				if err := rs.deliverRecord(ctx, head); err != nil {
+					return err
+				}
+			}
 			recs := d.kept[k]
 			for len(recs) > 0 && !d.waits(k) {
 				rec := recs[0]

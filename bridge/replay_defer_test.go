@@ -27,6 +27,86 @@ import (
 // pass: the client's first arrivals were N, M (the full-size sessions soak,
 // 4 sessions of 1,000). The pass must keep N until M is written.
 func TestLastPassWaitsForHeldLiveDelivery(t *testing.T) {
+	h, _, o, rs, ktopic, got := lastPassFixture(t)
+
+	// catchUp's last pass, step by step.
+	release := o.live.start(&h.holding, &h.tracking)
+	defer o.live.end(&h.tracking)
+	// M (offset 5) delivered live: held in the write loop, pending.
+	h.inj.begin(mqtt.InlineClientId, coord{ktopic, 0, 5})
+	if err := h.server.Publish("q/a", []byte("M"), false, 1); err != nil {
+		t.Fatal(err)
+	}
+	h.inj.end(mqtt.InlineClientId)
+	ctx := context.Background()
+	rs.later = newDeferrals()
+	now := time.Now()
+	for i, p := range []string{"M", "N"} {
+		rec := &kgo.Record{Topic: ktopic, Partition: 0, Offset: int64(5 + i), Value: []byte(p), Timestamp: now}
+		if err := rs.take(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release()
+	if err := rs.drain(ctx, map[tp]int64{{ktopic, 0}: 7}); err != nil {
+		t.Fatal(err)
+	}
+
+	if order := arrivals(t, got, 2); order[0] != "M" || order[1] != "N" {
+		t.Fatalf("the client got %v first, want [M N]: the last pass wrote a later record before the held live delivery", order)
+	}
+	if pos := o.pos.snapshot(); len(pos) != 1 || pos[0].Offset != 5 {
+		t.Fatalf("positions %+v, want offset 5 (M and N unacknowledged)", pos)
+	}
+}
+
+// TestLastPassDeliversDroppedLiveDelivery: mochi puts a live delivery M in
+// flight (OnQosPublish: pending) and drops it a moment later, its client's
+// outbound queue full (OnPublishDropped). The last pass met M's record in
+// between: pending, so it skipped it and kept the partition's next record
+// N behind it. The drain must deliver M after all, before N; else the pass
+// ended past a message the client never got, and a resume elsewhere would
+// not bring it either.
+func TestLastPassDeliversDroppedLiveDelivery(t *testing.T) {
+	h, cl, o, rs, ktopic, got := lastPassFixture(t)
+	release := o.live.start(&h.holding, &h.tracking)
+	defer o.live.end(&h.tracking)
+	ctx := context.Background()
+	rs.later = newDeferrals()
+	const origin, pid = "pub", uint16(7)
+	h.inj.begin(origin, coord{ktopic, 0, 5})
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: "q/a",
+		Payload: []byte("M"), PacketID: pid, Origin: origin, Created: time.Now().Unix()}
+	cl.State.Inflight.Set(pk)
+	h.OnQosPublish(cl, pk, pk.Created, 0)
+	o.pos.reading(tp{ktopic, 0}, 5) // as read does for each partition it assigns
+	now := time.Now()
+	for i, p := range []string{"M", "N"} {
+		rec := &kgo.Record{Topic: ktopic, Partition: 0, Offset: int64(5 + i), Value: []byte(p), Timestamp: now}
+		if err := rs.take(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl.State.Inflight.Delete(pid) // mochi frees the dropped delivery's packet id
+	h.OnPublishDropped(cl, pk)
+	h.inj.end(origin)
+	release()
+	if err := rs.drain(ctx, map[tp]int64{{ktopic, 0}: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if order := arrivals(t, got, 2); order[0] != "M" || order[1] != "N" {
+		t.Fatalf("the client got %v, want [M N]: the dropped live delivery M was not delivered by the pass", order)
+	}
+	if pos := o.pos.snapshot(); len(pos) != 1 || pos[0].Offset != 5 {
+		t.Fatalf("positions %+v, want offset 5 (M and N delivered, unacknowledged)", pos)
+	}
+}
+
+// lastPassFixture is a sessionHook with one persistent client "dev"
+// subscribed to q/# (its connection's publishes go to got) and a replay of
+// it; ktopic is the Kafka topic of q/a.
+func lastPassFixture(t *testing.T) (*sessionHook, *mqtt.Client, *ownedSession, *replayRun, string, chan string) {
+	t.Helper()
 	server := mqtt.New(&mqtt.Options{InlineClient: true})
 	if err := server.AddHook(new(auth.AllowHook), nil); err != nil {
 		t.Fatal(err)
@@ -61,48 +141,25 @@ func TestLastPassWaitsForHeldLiveDelivery(t *testing.T) {
 	}
 	rs := &replayRun{r: &replayer{h: h, log: testLogger(t), tm: tm, metrics: sm}, o: o, cl: cl,
 		subs: []state.Subscription{{Filter: "q/#", QoS: 1}}}
-
-	// catchUp's last pass, step by step.
-	release := o.live.start(&h.holding, &h.tracking)
-	defer o.live.end(&h.tracking)
 	sub := packets.Subscription{Filter: "q/#", Qos: 1}
 	server.Topics.Subscribe(cl.ID, sub)
 	cl.State.Subscriptions.Add(sub.Filter, sub)
-	// M (offset 5) delivered live: held in the write loop, pending.
-	h.inj.begin(mqtt.InlineClientId, coord{ktopic, 0, 5})
-	if err := server.Publish("q/a", []byte("M"), false, 1); err != nil {
-		t.Fatal(err)
-	}
-	h.inj.end(mqtt.InlineClientId)
-	ctx := context.Background()
-	rs.later = &deferrals{blocked: map[tp]uint16{}, kept: map[tp][]*kgo.Record{}}
-	now := time.Now()
-	for i, p := range []string{"M", "N"} {
-		rec := &kgo.Record{Topic: ktopic, Partition: 0, Offset: int64(5 + i), Value: []byte(p), Timestamp: now}
-		if err := rs.take(ctx, rec); err != nil {
-			t.Fatal(err)
-		}
-	}
-	release()
-	if err := rs.drain(ctx, map[tp]int64{{ktopic, 0}: 7}); err != nil {
-		t.Fatal(err)
-	}
+	return h, cl, o, rs, ktopic, got
+}
 
+// arrivals reads n payloads from got, failing after 10 s.
+func arrivals(t *testing.T, got <-chan string, n int) []string {
+	t.Helper()
 	var order []string
-	for len(order) < 2 {
+	for len(order) < n {
 		select {
 		case p := <-got:
 			order = append(order, p)
 		case <-time.After(10 * time.Second):
-			t.Fatalf("the client got %v in 10 s, want [M N]", order)
+			t.Fatalf("the client got %v in 10 s, want %d messages", order, n)
 		}
 	}
-	if order[0] != "M" || order[1] != "N" {
-		t.Fatalf("the client got %v first, want [M N]: the last pass wrote a later record before the held live delivery", order)
-	}
-	if pos := o.pos.snapshot(); len(pos) != 1 || pos[0].Offset != 5 {
-		t.Fatalf("positions %+v, want offset 5 (M and N unacknowledged)", pos)
-	}
+	return order
 }
 
 // readPublishes sends the payload of every MQTT 3.1.1 PUBLISH read from c
