@@ -613,6 +613,8 @@ func (h *sessionHook) dropLocal(id string, cl *mqtt.Client, takenOver bool) {
 		code := packets.ErrSessionTakenOver
 		if !takenOver {
 			code = packets.ErrUnspecifiedError
+			h.logs.Warn("stale:"+id, "disconnecting a client: the sessions topic says another instance owns its session",
+				"client", id)
 		}
 		_ = h.server.DisconnectClient(existing, code)
 	}

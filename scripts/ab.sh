@@ -7,7 +7,8 @@
 # topic). Rounds alternate A and B so that drift of the machine hits both alike:
 #   forward  probe mqtt-to-kafka, QoS 1, 12 B, AB_CLIENTS connections x AB_INFLIGHT in flight,
 #            AB_FWD_COUNT messages; --ack-only: the PUBACK rate (Ferry acknowledges after Kafka acks=all),
-#            the probe does not read Kafka back
+#            the probe does not read Kafka back; also records per produce batch and CPU per message of
+#            the bridge and of Kafka (its JVM when it runs on this machine)
 #   reverse  probe kafka-to-mqtt, QoS 1, AB_REV_COUNT records at AB_REV_RATE/s: the bridge's share
 #            (MQTT receive - the probe's own Kafka receive, one clock)
 # It prints a table per round and the medians with the ratio B/A. Run it on a quiet machine: the load
@@ -22,7 +23,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-[ $# -eq 1 ] || { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -eq 1 ] || { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 REF=$1
 git rev-parse --verify -q "$REF^{commit}" >/dev/null || { echo "ab.sh: unknown git revision $REF" >&2; exit 2; }
 : "${AB_ROUNDS:=3}" "${AB_FWD_COUNT:=2000000}" "${AB_CLIENTS:=4}" "${AB_INFLIGHT:=256}"
@@ -111,22 +112,55 @@ field() {
 		$2 == m { print $col; exit }' "$1"
 }
 
-echo "round,system,load1,fwd_msg_s,fwd_ack_p50_ms,fwd_ack_p99_ms,rev_bridge_p50_ms,rev_bridge_p99_ms" >"$OUT/ab.csv"
+# batch_stats HTTP_PORT: "sum count" of the bridge's ferry_kafka_batch_records histogram.
+batch_stats() {
+	curl -fsS "http://127.0.0.1:$1/metrics" | awk '
+		/^ferry_kafka_batch_records_sum / { s = $2 } /^ferry_kafka_batch_records_count / { c = $2 }
+		END { printf "%.0f %.0f\n", s, c }'
+}
+
+# cpu_ticks PID...: user+system CPU clock ticks of those processes so far.
+cpu_ticks() {
+	local t=0 p f
+	for p in "$@"; do
+		f=$(cut -d')' -f2 "/proc/$p/stat" 2>/dev/null) || continue
+		t=$((t + $(echo "$f" | awk '{ print $12 + $13 }')))
+	done
+	echo "$t"
+}
+TICK=$(getconf CLK_TCK)
+KAFKA_PIDS=$(pgrep -f 'kafka\.Kafka' | tr '\n' ' ' || true)
+
+echo "round,system,load1,fwd_msg_s,fwd_ack_p50_ms,fwd_ack_p99_ms,rev_bridge_p50_ms,rev_bridge_p99_ms,fwd_records_per_batch,fwd_bridge_cpu_us_msg,fwd_kafka_cpu_us_msg" >"$OUT/ab.csv"
 for r in $(seq "$AB_ROUNDS"); do
 	for s in a b; do
 		port=21883
 		[ "$s" = b ] && port=22883
 		l=$(load1)
 		log "round $r $s: forward (load $l)"
+		hp=21884
+		[ "$s" = b ] && hp=22884
+		bpid=${PIDS[0]}
+		[ "$s" = b ] && bpid=${PIDS[1]}
+		read -r bs0 bc0 < <(batch_stats "$hp")
+		bt0=$(cpu_ticks "$bpid")
+		kt0=$(cpu_ticks $KAFKA_PIDS)
 		if [ -n "${AB_PROFILE:-}" ]; then # a CPU profile of the bridge in the middle of the run
-			hp=21884
-			[ "$s" = b ] && hp=22884
 			(sleep 3 && curl -fsS -o "$OUT/cpu-$r-$s.pprof" "http://127.0.0.1:$hp/debug/pprof/profile?seconds=5") &
 		fi
 		timeout --signal=INT --kill-after=10 $((90 + AB_FWD_COUNT / 2000)) "$WORK/probe" mqtt-to-kafka \
 			--mqtt "tcp://127.0.0.1:$port" --ack-only --topic "/$RUN/fwd$s" --qos 1 --payload-size 12 \
 			--clients "$AB_CLIENTS" --inflight "$AB_INFLIGHT" --count "$AB_FWD_COUNT" --warmup $((AB_FWD_COUNT / 10)) \
 			--csv "$OUT/fwd-$r-$s.csv" >"$OUT/logs/fwd-$r-$s.txt" 2>&1 || log "probe exit $? (logs/fwd-$r-$s.txt)"
+		read -r bs1 bc1 < <(batch_stats "$hp")
+		bt1=$(cpu_ticks "$bpid")
+		kt1=$(cpu_ticks $KAFKA_PIDS)
+		# Per acknowledged message of the whole run (warm-up included): records per produce batch,
+		# CPU of the bridge and of Kafka (empty when Kafka's pid is not on this machine).
+		fwd_extra=$(awk -v bs=$((bs1 - bs0)) -v bc=$((bc1 - bc0)) -v bt=$((bt1 - bt0)) -v kt=$((kt1 - kt0)) \
+			-v n="$AB_FWD_COUNT" -v tick="$TICK" -v k="$KAFKA_PIDS" 'BEGIN {
+				printf "%.1f,%.2f,", (bc ? bs / bc : 0), bt / tick * 1e6 / n
+				if (k != "") printf "%.2f", kt / tick * 1e6 / n }')
 		grep -q 'PROBE IS THE LIMIT' "$OUT/logs/fwd-$r-$s.txt" && log "round $r $s: the probe says it was the limit"
 		log "round $r $s: reverse (load $(load1))"
 		timeout --signal=INT --kill-after=10 $((120 + AB_REV_COUNT / AB_REV_RATE * 2)) "$WORK/probe" kafka-to-mqtt \
@@ -134,7 +168,7 @@ for r in $(seq "$AB_ROUNDS"); do
 			--qos 1 --count "$AB_REV_COUNT" --rate "$AB_REV_RATE" --warmup $((AB_REV_RATE / 2)) \
 			--csv "$OUT/rev-$r-$s.csv" >"$OUT/logs/rev-$r-$s.txt" 2>&1 || log "probe exit $? (logs/rev-$r-$s.txt)"
 		f="$OUT/fwd-$r-$s.csv" v="$OUT/rev-$r-$s.csv"
-		echo "$r,$s,$l,$(field "$f" ack throughput_msg_s),$(field "$f" ack p50_ms),$(field "$f" ack p99_ms),$(field "$v" bridge p50_ms),$(field "$v" bridge p99_ms)" >>"$OUT/ab.csv"
+		echo "$r,$s,$l,$(field "$f" ack throughput_msg_s),$(field "$f" ack p50_ms),$(field "$f" ack p99_ms),$(field "$v" bridge p50_ms),$(field "$v" bridge p99_ms),$fwd_extra" >>"$OUT/ab.csv"
 		tail -n 1 "$OUT/ab.csv" >&2
 	done
 done
@@ -143,7 +177,8 @@ done
 python3 - "$OUT/ab.csv" <<'EOF' | tee "$OUT/summary.txt"
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
-cols = ["fwd_msg_s", "fwd_ack_p50_ms", "fwd_ack_p99_ms", "rev_bridge_p50_ms", "rev_bridge_p99_ms"]
+cols = ["fwd_msg_s", "fwd_ack_p50_ms", "fwd_ack_p99_ms", "rev_bridge_p50_ms", "rev_bridge_p99_ms",
+        "fwd_records_per_batch", "fwd_bridge_cpu_us_msg", "fwd_kafka_cpu_us_msg"]
 med = {}
 for s in "ab":
     med[s] = {}
