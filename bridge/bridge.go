@@ -249,6 +249,7 @@ func (b *Bridge) start(ctx context.Context) error {
 	}
 	b.hook.retained = b.retained
 	b.hook.inj = b.sessionHook.inj
+	b.hook.progress = b.sessionHook.reverse // nil without reverse topics
 	b.sessionHook.subscribed = b.hook.markSubscribed
 	if err := b.addSessionHooks(); err != nil {
 		return err

@@ -59,6 +59,9 @@ type hook struct {
 	// inj tells persistent sessions' positions where a delivered message
 	// sits in Kafka (positions.go).
 	inj *injections
+	// progress, when the reverse path and sessions run, holds persistent
+	// sessions' positions at own records waiting for their local delivery.
+	progress *reverseProgress
 }
 
 // markSubscribed tells cl's acknowledgement queue that mochi writes
@@ -359,6 +362,9 @@ func (h *hook) publishQoS1(cl *mqtt.Client, pk packets.Packet, rec *record) {
 	p.slot = true
 	rec.done = func(err error) {
 		p.coord = coord{rec.topic, rec.part, rec.offset}
+		if err == nil && local != nil {
+			p.floor = h.progress.localAcked(p.coord)
+		}
 		q.complete(p, err)
 	}
 	if pk.FixedHeader.Retain && h.retained != nil {

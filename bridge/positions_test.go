@@ -201,3 +201,45 @@ func TestPositionStopsAtReverseProgress(t *testing.T) {
 		t.Fatalf("position of rev/0 %d with the reverse path past it, want 41", pos["rev"])
 	}
 }
+
+// TestPositionStopsAtOwnRecordAwaitingLocalDelivery: the reverse consumer
+// skips this instance's own records (the local delivery brings them) and
+// may hand out past one whose local delivery still waits (Kafka has
+// acknowledged it; the publisher's earlier publishes have not been). A
+// session that acknowledged a later record there, and then went, must not
+// leave a position past the own record it never got.
+func TestPositionStopsAtOwnRecordAwaitingLocalDelivery(t *testing.T) {
+	rp := newReverseProgress(func(topic string) bool { return topic == "rev" })
+	p := newSessionPositions(nil, nil, rp)
+	k := tp{"rev", 0}
+	rp.handled(k, 10)
+	own := coord{"rev", 0, 10}
+	if !rp.localAcked(own) {
+		t.Fatal("localAcked of a record of a consumed topic: false, want true")
+	}
+	if rp.localAcked(coord{"fwd", 0, 3}) {
+		t.Fatal("localAcked of a record of a topic the reverse path does not consume: true, want false")
+	}
+	rp.handled(k, 12) // skipped own 10, handed out 11
+	p.sent(1, coord{"rev", 0, 11})
+	p.acked(1)
+	at := func() int64 {
+		for _, q := range p.snapshot() {
+			if q.Topic == "rev" {
+				return q.Offset
+			}
+		}
+		return -1
+	}
+	if got := at(); got != 10 {
+		t.Fatalf("position %d while own record 10 waits for its local delivery, want 10", got)
+	}
+	p.wentOffline()
+	rp.localDelivered(own) // the session is gone: it did not get it
+	if got := at(); got != 10 {
+		t.Fatalf("position %d after the session went before own record 10 reached it, want 10", got)
+	}
+	if next, _, _ := rp.limit(k); next != 12 {
+		t.Fatalf("reverse limit %d after the local delivery, want 12", next)
+	}
+}

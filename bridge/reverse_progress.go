@@ -16,15 +16,69 @@ import "sync"
 // position 41, and a resume elsewhere would skip 17..39 for good: a
 // publisher that reconnected from a killed instance to this one splits its
 // stream exactly so.
+//
+// The reverse consumer skips this instance's own records (reverse.skip_own):
+// the local delivery brings them. So it can hand out past an own record
+// whose local delivery still waits (Kafka has acknowledged it; the
+// publisher's earlier publishes are not acknowledged yet, and acknowledgements
+// and local deliveries go in the publisher's order). A session that
+// acknowledged a later record and then went would have a position past a
+// message it never got. Such records hold the limit at their offset until
+// delivered (localAcked, localDelivered).
 type reverseProgress struct {
-	serves func(kafkaTopic string) bool // among reverse.topics
+	serves   func(kafkaTopic string) bool // among reverse.topics
+	consumed sync.Map                     // Kafka topic -> serves(topic), cached for the forward path
 
-	mu   sync.RWMutex
-	next map[tp]int64 // the offset after the last record handed out
+	mu    sync.RWMutex
+	next  map[tp]int64           // the offset after the last record handed out
+	local map[tp]map[int64]int32 // own records acknowledged, not yet delivered here
 }
 
 func newReverseProgress(serves func(string) bool) *reverseProgress {
-	return &reverseProgress{serves: serves, next: map[tp]int64{}}
+	return &reverseProgress{serves: serves, next: map[tp]int64{}, local: map[tp]map[int64]int32{}}
+}
+
+// consumes reports whether the reverse path consumes Kafka topic t.
+func (p *reverseProgress) consumes(t string) bool {
+	if v, ok := p.consumed.Load(t); ok {
+		return v.(bool)
+	}
+	ok := p.serves(t)
+	p.consumed.Store(t, ok)
+	return ok
+}
+
+// localAcked notes that the forward path's record at c, acknowledged by
+// Kafka, waits for its local delivery; true: call localDelivered after it.
+func (p *reverseProgress) localAcked(c coord) bool {
+	if p == nil || c.offset < 0 || !p.consumes(c.topic) {
+		return false
+	}
+	k := c.tp()
+	p.mu.Lock()
+	m := p.local[k]
+	if m == nil {
+		m = map[int64]int32{}
+		p.local[k] = m
+	}
+	m[c.offset]++
+	p.mu.Unlock()
+	return true
+}
+
+// localDelivered ends a localAcked.
+func (p *reverseProgress) localDelivered(c coord) {
+	k := c.tp()
+	p.mu.Lock()
+	if m := p.local[k]; m != nil {
+		if m[c.offset]--; m[c.offset] <= 0 {
+			delete(m, c.offset)
+		}
+		if len(m) == 0 {
+			delete(p.local, k)
+		}
+	}
+	p.mu.Unlock()
 }
 
 // handled records that the reverse path has handed out k's records before
@@ -41,11 +95,16 @@ func (p *reverseProgress) handled(k tp, next int64) {
 // when the reverse path does not consume k; known is false when it has
 // handed out nothing of k yet.
 func (p *reverseProgress) limit(k tp) (next int64, applies, known bool) {
-	if p == nil || !p.serves(k.topic) {
+	if p == nil || !p.consumes(k.topic) {
 		return 0, false, false
 	}
 	p.mu.RLock()
 	next, known = p.next[k]
+	for off := range p.local[k] {
+		if known && off < next { // unknown stays unknown: nothing of k handed out yet
+			next = off
+		}
+	}
 	p.mu.RUnlock()
 	return next, true, known
 }
