@@ -38,26 +38,10 @@ func TestLastPassWaitsForHeldLiveDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.inj.end(mqtt.InlineClientId)
-	ctx := context.Background()
 	rs.later = newDeferrals()
-	now := time.Now()
-	for i, p := range []string{"M", "N"} {
-		rec := &kgo.Record{Topic: ktopic, Partition: 0, Offset: int64(5 + i), Value: []byte(p), Timestamp: now}
-		if err := rs.take(ctx, rec); err != nil {
-			t.Fatal(err)
-		}
-	}
+	passTakes(t, rs, ktopic, "M", "N") // offsets 5, 6
 	release()
-	if err := rs.drain(ctx, map[tp]int64{{ktopic, 0}: 7}); err != nil {
-		t.Fatal(err)
-	}
-
-	if order := arrivals(t, got, 2); order[0] != "M" || order[1] != "N" {
-		t.Fatalf("the client got %v first, want [M N]: the last pass wrote a later record before the held live delivery", order)
-	}
-	if pos := o.pos.snapshot(); len(pos) != 1 || pos[0].Offset != 5 {
-		t.Fatalf("positions %+v, want offset 5 (M and N unacknowledged)", pos)
-	}
+	drainWantsMN(t, rs, o, ktopic, got, "the last pass wrote a later record before the held live delivery")
 }
 
 // TestLastPassDeliversDroppedLiveDelivery: mochi puts a live delivery M in
@@ -71,7 +55,6 @@ func TestLastPassDeliversDroppedLiveDelivery(t *testing.T) {
 	h, cl, o, rs, ktopic, got := lastPassFixture(t)
 	release := o.live.start(&h.holding, &h.tracking)
 	defer o.live.end(&h.tracking)
-	ctx := context.Background()
 	rs.later = newDeferrals()
 	const origin, pid = "pub", uint16(7)
 	h.inj.begin(origin, coord{ktopic, 0, 5})
@@ -79,27 +62,13 @@ func TestLastPassDeliversDroppedLiveDelivery(t *testing.T) {
 		Payload: []byte("M"), PacketID: pid, Origin: origin, Created: time.Now().Unix()}
 	cl.State.Inflight.Set(pk)
 	h.OnQosPublish(cl, pk, pk.Created, 0)
-	o.pos.reading(tp{ktopic, 0}, 5) // as read does for each partition it assigns
-	now := time.Now()
-	for i, p := range []string{"M", "N"} {
-		rec := &kgo.Record{Topic: ktopic, Partition: 0, Offset: int64(5 + i), Value: []byte(p), Timestamp: now}
-		if err := rs.take(ctx, rec); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cl.State.Inflight.Delete(pid) // mochi frees the dropped delivery's packet id
+	o.pos.reading(tp{ktopic, 0}, 5)    // as read does for each partition it assigns
+	passTakes(t, rs, ktopic, "M", "N") // offsets 5, 6
+	cl.State.Inflight.Delete(pid)      // mochi frees the dropped delivery's packet id
 	h.OnPublishDropped(cl, pk)
 	h.inj.end(origin)
 	release()
-	if err := rs.drain(ctx, map[tp]int64{{ktopic, 0}: 7}); err != nil {
-		t.Fatal(err)
-	}
-	if order := arrivals(t, got, 2); order[0] != "M" || order[1] != "N" {
-		t.Fatalf("the client got %v, want [M N]: the dropped live delivery M was not delivered by the pass", order)
-	}
-	if pos := o.pos.snapshot(); len(pos) != 1 || pos[0].Offset != 5 {
-		t.Fatalf("positions %+v, want offset 5 (M and N delivered, unacknowledged)", pos)
-	}
+	drainWantsMN(t, rs, o, ktopic, got, "the dropped live delivery M was not delivered by the pass")
 }
 
 // lastPassFixture is a sessionHook with one persistent client "dev"
@@ -145,6 +114,35 @@ func lastPassFixture(t *testing.T) (*sessionHook, *mqtt.Client, *ownedSession, *
 	server.Topics.Subscribe(cl.ID, sub)
 	cl.State.Subscriptions.Add(sub.Filter, sub)
 	return h, cl, o, rs, ktopic, got
+}
+
+// passTakes hands the last pass the records of ktopic/0 with these
+// payloads, at offsets 5, 6, ...
+func passTakes(t *testing.T, rs *replayRun, ktopic string, payloads ...string) {
+	t.Helper()
+	now := time.Now()
+	for i, p := range payloads {
+		rec := &kgo.Record{Topic: ktopic, Partition: 0, Offset: int64(5 + i), Value: []byte(p), Timestamp: now}
+		if err := rs.take(context.Background(), rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// drainWantsMN runs the drain of the pass (ktopic/0 up to offset 7): the
+// client must get M, then N, and the position stay at M's offset 5 (both
+// unacknowledged); why says what went wrong otherwise.
+func drainWantsMN(t *testing.T, rs *replayRun, o *ownedSession, ktopic string, got <-chan string, why string) {
+	t.Helper()
+	if err := rs.drain(context.Background(), map[tp]int64{{ktopic, 0}: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if order := arrivals(t, got, 2); order[0] != "M" || order[1] != "N" {
+		t.Fatalf("the client got %v first, want [M N]: %s", order, why)
+	}
+	if pos := o.pos.snapshot(); len(pos) != 1 || pos[0].Offset != 5 {
+		t.Fatalf("positions %+v, want offset 5 (M and N unacknowledged)", pos)
+	}
 }
 
 // arrivals reads n payloads from got, failing after 10 s.
