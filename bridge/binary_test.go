@@ -95,6 +95,16 @@ func (p *ferryProcess) start() {
 	p.cmd.Env = append(p.cmd.Env, strings.Fields(os.Getenv("FERRY_TEST_BRIDGE_ENV"))...)
 	p.stderr = &lockedBuffer{}
 	p.cmd.Stdout, p.cmd.Stderr = io.Discard, p.stderr
+	// FERRY_TEST_BRIDGE_LOGS=dir also writes each process's log to
+	// dir/<name>-<random>.log (a soak's replays, read after the run).
+	if dir := os.Getenv("FERRY_TEST_BRIDGE_LOGS"); dir != "" {
+		f, err := os.CreateTemp(dir, p.name+"-*.log")
+		if err != nil {
+			p.t.Fatalf("FERRY_TEST_BRIDGE_LOGS: %v", err)
+		}
+		p.t.Cleanup(func() { f.Close() })
+		p.cmd.Stderr = io.MultiWriter(p.stderr, f)
+	}
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatalf("%s: %v", p.name, err)
 	}

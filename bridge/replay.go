@@ -105,8 +105,10 @@ func (r *replayer) run(o *ownedSession, connected time.Time) {
 	}
 	defer func() { <-r.slots }()
 	rs := &replayRun{r: r, o: o, cl: o.cl, subs: o.resumedSubs(), connected: connected}
+	slotted := time.Now()
 	err := rs.catchUp(ctx)
-	r.log.Debug("session replay", "client", o.cl.ID, "delivered", rs.delivered, "took", time.Since(connected), "err", err)
+	r.log.Debug("session replay", "client", o.cl.ID, "delivered", rs.delivered, "fetched", rs.fetched,
+		"fetching", rs.fetching, "first", rs.firstAt.Sub(slotted), "windowed", rs.windowed, "waited", slotted.Sub(connected), "took", time.Since(connected), "err", err)
 	if err != nil && ctx.Err() == nil {
 		r.log.Warn("session replay failed: the client is disconnected and resumes from its last position when it reconnects",
 			"client", o.cl.ID, "err", err)
@@ -127,11 +129,15 @@ type replayRun struct {
 	subs      []state.Subscription
 	connected time.Time
 	first     bool
+	firstAt   time.Time
 	delivered int
-	backlog   bool       // the first pass: what matched while the client was away
-	queued    int        // new (not resent) messages of the backlog delivered
-	later     *deferrals // the last pass: records kept behind live deliveries
-	liveAt    time.Time  // when the subscriptions went live (zero: first pass)
+	fetched   int           // records fetched
+	fetching  time.Duration // waiting for fetches
+	windowed  time.Duration // waiting for the client's window
+	backlog   bool          // the first pass: what matched while the client was away
+	queued    int           // new (not resent) messages of the backlog delivered
+	later     *deferrals    // the last pass: records kept behind live deliveries
+	liveAt    time.Time     // when the subscriptions went live (zero: first pass)
 	hdrs      []topicmap.Header
 }
 
@@ -267,7 +273,9 @@ func (rs *replayRun) read(ctx context.Context, assign map[string]map[int32]kgo.O
 	}
 	done := map[tp]bool{}
 	for left > 0 {
+		t0 := time.Now()
 		fs := cl.PollFetches(ctx)
+		rs.fetching += time.Since(t0)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -282,6 +290,7 @@ func (rs *replayRun) read(ctx context.Context, assign map[string]map[int32]kgo.O
 			if werr != nil || done[k] || rec.Offset >= ends[k] {
 				return
 			}
+			rs.fetched++
 			werr = rs.take(ctx, rec)
 			if werr == nil && !rs.later.waits(k) {
 				rs.o.pos.reading(k, rec.Offset+1)
@@ -424,7 +433,7 @@ func (rs *replayRun) deliver(ctx context.Context, rec *kgo.Record, hdrs []topicm
 		rs.r.metrics.replayed.WithLabelValues("new").Inc()
 	}
 	if !rs.first {
-		rs.first = true
+		rs.first, rs.firstAt = true, time.Now()
 		rs.r.metrics.replayFirst.Observe(time.Since(rs.connected).Seconds())
 	}
 	return nil
@@ -451,6 +460,11 @@ func (rs *replayRun) waitWindow(ctx context.Context) error {
 	if rs.cl.Properties.ProtocolVersion == 5 && rs.cl.Properties.Props.ReceiveMaximum > 0 {
 		window = int(rs.cl.Properties.Props.ReceiveMaximum)
 	}
+	if rs.cl.State.Inflight.Len()-rs.o.live.held() < window {
+		return nil
+	}
+	t0 := time.Now()
+	defer func() { rs.windowed += time.Since(t0) }()
 	for rs.cl.State.Inflight.Len()-rs.o.live.held() >= window {
 		if err := rs.pause(ctx); err != nil {
 			return err
