@@ -52,6 +52,10 @@ type ackQueue struct {
 	// injecting: a QoS 2 publish of this connection is being delivered
 	// locally under its client id (hook.endInjection ends it once).
 	injecting atomic.Bool
+	// qos2Floor: an accepted QoS 2 publish of this connection holds the
+	// reverse path's progress until mochi has delivered it
+	// (hook.publishQoS2).
+	qos2Floor atomic.Pointer[coord]
 
 	mu       sync.Mutex
 	queue    []*pending
@@ -191,7 +195,7 @@ func (q *ackQueue) write(batch []*pending, viaMochi bool) {
 		if p.err == nil && p.local != nil {
 			q.h.deliverLocal(q.cl, p.local, p.coord)
 		}
-		if p.floor {
+		if p.floor && p.qos == 1 { // a QoS 2 publish's ends after mochi delivered it (hook.publishQoS2)
 			q.h.progress.localDelivered(p.coord)
 		}
 	}

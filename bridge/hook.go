@@ -122,6 +122,7 @@ func (h *hook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
 	if !cl.Net.Inline {
 		h.metrics.connections.Dec()
 		if q, ok := h.queues.LoadAndDelete(cl); ok {
+			h.releaseQoS2Floor(q.(*ackQueue))
 			h.endInjection(cl, q.(*ackQueue))
 		}
 	}
@@ -233,8 +234,13 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 
 // OnPublished ends the delivery of an accepted QoS 2 publish.
 func (h *hook) OnPublished(cl *mqtt.Client, pk packets.Packet) {
-	if pk.FixedHeader.Qos == 2 && h.inj != nil && !cl.Net.Inline {
-		h.endInjection(cl, h.queue(cl))
+	if pk.FixedHeader.Qos != 2 || cl.Net.Inline {
+		return
+	}
+	q := h.queue(cl)
+	h.releaseQoS2Floor(q)
+	if h.inj != nil {
+		h.endInjection(cl, q)
 	}
 }
 
@@ -355,7 +361,7 @@ func (h *hook) publishQoS1(cl *mqtt.Client, pk packets.Packet, rec *record) {
 	// (a subscription exists or it is retained): holding and re-injecting
 	// every packet costs a fifth of the CPU when nobody subscribes.
 	var local *packets.Packet
-	if pk.FixedHeader.Retain || atomic.LoadInt64(&h.server.Info.Subscriptions) > 0 || h.inj != nil && h.inj.replaying.Load() > 0 {
+	if h.mayDeliverLocally(&pk) {
 		local = &pk
 	}
 	p := q.add(&pk, local)
@@ -377,15 +383,40 @@ func (h *hook) publishQoS1(cl *mqtt.Client, pk packets.Packet, rec *record) {
 	}
 }
 
+// mayDeliverLocally reports whether anyone here could receive pk: a
+// subscription exists, a replay runs (it may put one live) or it is
+// retained. Holding and re-injecting every packet costs a fifth of the CPU
+// when nobody subscribes.
+func (h *hook) mayDeliverLocally(pk *packets.Packet) bool {
+	return pk.FixedHeader.Retain || atomic.LoadInt64(&h.server.Info.Subscriptions) > 0 ||
+		h.inj != nil && h.inj.replaying.Load() > 0
+}
+
 // publishQoS2 waits until Kafka has acknowledged the record and every
 // acknowledgement before this one has been written; true lets mochi write
 // the PUBREC and deliver. A refusal has then been written by the queue.
+//
+// Like a QoS 1 publish's, the record holds the reverse path's progress
+// from Kafka's acknowledgement until mochi has delivered it here
+// (reverse_progress.go): from its turn on, mochi delivers it after the
+// PUBREC, and OnPublished (or OnDisconnect, when that write fails) lets go.
 func (h *hook) publishQoS2(cl *mqtt.Client, pk *packets.Packet, rec *record) bool {
 	q := h.queue(cl)
 	rec.deadline = rec.received.Add(h.cfg.Kafka.AckTimeout)
 	p := q.add(pk, nil)
 	p.turn = make(chan error, 1)
-	rec.done = func(err error) { q.complete(p, err) }
+	local := h.mayDeliverLocally(pk)
+	var mu sync.Mutex // orders done's floor against a turn that never came
+	abandoned := false
+	rec.done = func(err error) {
+		mu.Lock()
+		if err == nil && local && !abandoned {
+			p.coord = coord{rec.topic, rec.part, rec.offset}
+			p.floor = h.progress.localAcked(p.coord)
+		}
+		mu.Unlock()
+		q.complete(p, err)
+	}
 	if pk.FixedHeader.Retain && h.retained != nil {
 		rec.done = joinDone(2, rec.done)
 		h.writeRetained(cl, pk, rec.done)
@@ -393,7 +424,28 @@ func (h *hook) publishQoS2(cl *mqtt.Client, pk *packets.Packet, rec *record) boo
 	if err := h.push(rec); err != nil {
 		rec.complete(err)
 	}
-	return h.waitTurn(cl, pk, p, rec.deadline)
+	if !h.waitTurn(cl, pk, p, rec.deadline) {
+		mu.Lock()
+		abandoned = true
+		if p.floor { // no delivery follows
+			h.progress.localDelivered(p.coord)
+		}
+		mu.Unlock()
+		return false
+	}
+	if p.floor {
+		c := p.coord
+		q.qos2Floor.Store(&c)
+	}
+	return true
+}
+
+// releaseQoS2Floor ends the hold of cl's QoS 2 publish on the reverse
+// path's progress once mochi has delivered it (or its connection failed).
+func (h *hook) releaseQoS2Floor(q *ackQueue) {
+	if c := q.qos2Floor.Swap(nil); c != nil {
+		h.progress.localDelivered(*c)
+	}
 }
 
 // waitTurn waits until a QoS 2 publish is settled and every acknowledgement

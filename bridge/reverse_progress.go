@@ -24,7 +24,9 @@ import "sync"
 // and local deliveries go in the publisher's order). A session that
 // acknowledged a later record and then went would have a position past a
 // message it never got. Such records hold the limit at their offset until
-// delivered (localAcked, localDelivered).
+// delivered (localAcked, localDelivered): a QoS 1 publish's until its ack
+// queue delivered it (acks.go), a QoS 2 publish's until mochi delivered it
+// after the PUBREC (hook.publishQoS2).
 type reverseProgress struct {
 	serves   func(kafkaTopic string) bool // among reverse.topics
 	consumed sync.Map                     // Kafka topic -> serves(topic), cached for the forward path

@@ -4,7 +4,8 @@
 #   scripts/ab.sh REF        A = cmd/bridge built at git REF, B = the working tree
 #
 # Both bridges run side by side on one Kafka (each with its own MQTT port, state topics and reverse
-# topic). Rounds alternate A and B so that drift of the machine hits both alike:
+# topic). Rounds alternate A and B, A first in odd rounds and B first in even ones, so that drift of
+# the machine and the order hit both alike:
 #   forward  probe mqtt-to-kafka, QoS 1, 12 B, AB_CLIENTS connections x AB_INFLIGHT in flight,
 #            AB_FWD_COUNT messages; --ack-only: the PUBACK rate (Ferry acknowledges after Kafka acks=all),
 #            the probe does not read Kafka back; also records per produce batch and CPU per message of
@@ -14,7 +15,7 @@
 # It prints a table per round and the medians with the ratio B/A. Run it on a quiet machine: the load
 # average is printed before every run. The probe says when it was the limit ("PROBE IS THE LIMIT").
 #
-# Environment: AB_ROUNDS (3), AB_FWD_COUNT (2000000), AB_CLIENTS (4), AB_INFLIGHT (256),
+# Environment: AB_ROUNDS (4), AB_FWD_COUNT (2000000), AB_CLIENTS (4), AB_INFLIGHT (256),
 # AB_REV_COUNT (20000), AB_REV_RATE (1000), AB_OUT (output dir, default bench-results/ab-<timestamp>),
 # AB_PROFILE (set: a 5 s CPU profile of the bridge during each forward run, cpu-ROUND-SYSTEM.pprof).
 # Uses FERRY_TEST_KAFKA when set, else the Kafka of scripts/kafka.sh when it runs, else starts one (and
@@ -23,10 +24,10 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-[ $# -eq 1 ] || { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -eq 1 ] || { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 REF=$1
 git rev-parse --verify -q "$REF^{commit}" >/dev/null || { echo "ab.sh: unknown git revision $REF" >&2; exit 2; }
-: "${AB_ROUNDS:=3}" "${AB_FWD_COUNT:=2000000}" "${AB_CLIENTS:=4}" "${AB_INFLIGHT:=256}"
+: "${AB_ROUNDS:=4}" "${AB_FWD_COUNT:=2000000}" "${AB_CLIENTS:=4}" "${AB_INFLIGHT:=256}"
 : "${AB_REV_COUNT:=20000}" "${AB_REV_RATE:=1000}"
 OUT="${AB_OUT:-$ROOT/bench-results/ab-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$OUT/logs"
@@ -133,7 +134,9 @@ KAFKA_PIDS=$(pgrep -f 'kafka\.Kafka' | tr '\n' ' ' || true)
 
 echo "round,system,load1,fwd_msg_s,fwd_ack_p50_ms,fwd_ack_p99_ms,rev_bridge_p50_ms,rev_bridge_p99_ms,fwd_records_per_batch,fwd_bridge_cpu_us_msg,fwd_kafka_cpu_us_msg" >"$OUT/ab.csv"
 for r in $(seq "$AB_ROUNDS"); do
-	for s in a b; do
+	order="a b"
+	((r % 2 == 0)) && order="b a" # A B B A A B ...: neither always runs first (an A/A run showed it matters)
+	for s in $order; do
 		port=21883
 		[ "$s" = b ] && port=22883
 		l=$(load1)
