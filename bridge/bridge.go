@@ -51,7 +51,7 @@ type Bridge struct {
 	sessions    *state.Table
 	sessionHook *sessionHook
 	retained    *retainedState
-	stateAdmin  *kgo.Client
+	stateAdmins []*kgo.Client
 	stateStop   chan struct{}
 	stateDone   chan struct{}
 	embedded    *embeddedKafka

@@ -41,11 +41,16 @@ import (
 // partitions, fetching at most replayFetchBytes at once; they share one
 // listing of the cluster's topics (replay_topics.go).
 type replayer struct {
-	h         *sessionHook
-	log       *slog.Logger
-	tm        *topicmap.Map
-	opts      []kgo.Opt // seed brokers and security
-	admin     *kadm.Client
+	h    *sessionHook
+	log  *slog.Logger
+	tm   *topicmap.Map
+	opts []kgo.Opt // seed brokers and security
+	// admins list offsets for the replays, taken in turn: Kafka answers
+	// the requests of one connection one at a time, and with one client
+	// 96 replays at once waited 5-13 s each for their listings (a
+	// reconnect storm in the sessions soak).
+	admins    []*kadm.Client
+	nextAdmin atomic.Uint32
 	topics    *topicLister                 // the cluster's topics, shared by the replays
 	isReverse func(kafkaTopic string) bool // among reverse.topics
 	order     *inflightOrder               // numbers what a replay puts in flight
@@ -66,6 +71,10 @@ type replayer struct {
 // whole): 32 of them buffer about 32 MiB, less than 8 did with franz-go's
 // defaults (a 50 MiB fetch per broker).
 const maxReplays = 32
+
+// replayAdmins is how many admin clients (each its own connection per
+// broker) the replays of an instance list offsets with.
+const replayAdmins = 8
 
 // replayFetchBytes caps one fetch of a replay's client. A replay writes at
 // most a Receive Maximum (64 for MQTT 3.1.1) of messages before their
@@ -104,11 +113,12 @@ func (r *replayer) run(o *ownedSession, connected time.Time) {
 		return
 	}
 	defer func() { <-r.slots }()
-	rs := &replayRun{r: r, o: o, cl: o.cl, subs: o.resumedSubs(), connected: connected}
+	rs := &replayRun{r: r, o: o, cl: o.cl, subs: o.resumedSubs(), connected: connected,
+		admin: r.admins[int(r.nextAdmin.Add(1))%len(r.admins)]}
 	slotted := time.Now()
 	err := rs.catchUp(ctx)
 	r.log.Debug("session replay", "client", o.cl.ID, "delivered", rs.delivered, "fetched", rs.fetched,
-		"fetching", rs.fetching, "first", rs.firstAt.Sub(slotted), "windowed", rs.windowed, "waited", slotted.Sub(connected), "took", time.Since(connected), "err", err)
+		"fetching", rs.fetching, "listing", rs.listing, "first", rs.firstAt.Sub(slotted), "windowed", rs.windowed, "waited", slotted.Sub(connected), "took", time.Since(connected), "err", err)
 	if err != nil && ctx.Err() == nil {
 		r.log.Warn("session replay failed: the client is disconnected and resumes from its last position when it reconnects",
 			"client", o.cl.ID, "err", err)
@@ -126,6 +136,7 @@ type replayRun struct {
 	r         *replayer
 	o         *ownedSession
 	cl        *mqtt.Client
+	admin     *kadm.Client // lists offsets (one of replayer.admins)
 	subs      []state.Subscription
 	connected time.Time
 	first     bool
@@ -133,6 +144,7 @@ type replayRun struct {
 	delivered int
 	fetched   int           // records fetched
 	fetching  time.Duration // waiting for fetches
+	listing   time.Duration // waiting for topic and offset listings
 	windowed  time.Duration // waiting for the client's window
 	backlog   bool          // the first pass: what matched while the client was away
 	queued    int           // new (not resent) messages of the backlog delivered
@@ -188,11 +200,13 @@ func (rs *replayRun) goLive() {
 // pass's ends; nil: the session's positions) to the end offsets it lists,
 // delivers what matches, and returns those end offsets.
 func (rs *replayRun) pass(ctx context.Context, from map[tp]int64) (map[tp]int64, error) {
+	t0 := time.Now()
+	listed := func() { rs.listing += time.Since(t0) }
 	topics, err := rs.candidates(ctx)
 	if err != nil || len(topics) == 0 {
 		return nil, err
 	}
-	endsL, err := rs.r.admin.ListEndOffsets(ctx, topics...)
+	endsL, err := rs.admin.ListEndOffsets(ctx, topics...)
 	if err == nil {
 		err = endsL.Error()
 	}
@@ -220,7 +234,7 @@ func (rs *replayRun) pass(ctx context.Context, from map[tp]int64) (map[tp]int64,
 		}
 	}
 	if len(byTime) > 0 {
-		after, err := rs.r.admin.ListOffsetsAfterMilli(ctx, rs.oldestSince(), dedupe(byTime)...)
+		after, err := rs.admin.ListOffsetsAfterMilli(ctx, rs.oldestSince(), dedupe(byTime)...)
 		if err == nil {
 			err = after.Error()
 		}
@@ -234,6 +248,7 @@ func (rs *replayRun) pass(ctx context.Context, from map[tp]int64) (map[tp]int64,
 			}
 		})
 	}
+	listed()
 	if rs.r.log.Enabled(ctx, slog.LevelDebug) {
 		rs.r.log.Debug("session replay pass", "client", rs.cl.ID, "first", rs.backlog, "from", spans(starts, ends))
 	}

@@ -44,15 +44,19 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 	if len(b.cfg.Reverse.Topics) > 0 {
 		hook.reverse = newReverseProgress(isReverse)
 	}
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, sec...)...)
-	if err != nil {
-		return fmt.Errorf("replay admin client: %w", err)
+	var admins []*kadm.Client
+	for range replayAdmins {
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, sec...)...)
+		if err != nil {
+			return fmt.Errorf("replay admin client: %w", err)
+		}
+		b.stateAdmins = append(b.stateAdmins, cl)
+		admins = append(admins, kadm.NewClient(cl))
 	}
-	b.stateAdmin = cl
 	b.stateStop = make(chan struct{})
 	hook.replays = &replayer{h: hook, log: b.log.With("component", "replay"), tm: b.tm,
-		opts: append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, sec...), admin: kadm.NewClient(cl),
-		topics:    newTopicLister(kadm.NewClient(cl)),
+		opts: append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, sec...), admins: admins,
+		topics:    newTopicLister(admins[0]),
 		isReverse: isReverse, slots: make(chan struct{}, maxReplays), metrics: sm, stop: b.stateStop,
 		maxQueued: b.cfg.State.MaxQueued, queueDrops: b.metrics.drops.WithLabelValues("session_queue_full")}
 	// Wills of dead instances' clients (wills.go): liveness from the
@@ -113,8 +117,8 @@ func (b *Bridge) closeState() {
 			<-b.willsDone
 		}
 	}
-	if b.stateAdmin != nil {
-		b.stateAdmin.Close()
+	for _, cl := range b.stateAdmins {
+		cl.Close()
 	}
 	if b.sessions != nil {
 		b.sessions.Close()
