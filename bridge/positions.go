@@ -3,6 +3,7 @@ package bridge
 import (
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/ferry-bridge/ferry/state"
 )
@@ -91,12 +92,32 @@ type sessionPositions struct {
 	// it after all (takeDropped, replay_defer.go).
 	drops map[coord]bool
 	dirty bool
+
+	// The horizon (unix ms) covers the partitions of the reverse topics
+	// that have no position: every record there with an older timestamp
+	// was handed out while the session was live, or read by its replay, or
+	// is older than its subscriptions. A resume reads such a partition
+	// from the horizon rather than from the subscription's time (which can
+	// be days back: every reverse topic may carry any MQTT topic, so a
+	// replay reads them all). It is the largest of the record's
+	// (fromHorizon), the last replay's (covered: its last listing's time
+	// less horizonSlack) and, while live, the reverse path's
+	// (reverseProgress.check); frozen while offline.
+	fromHorizon, covered, frozenHorizon, writtenHorizon int64
+	// replaying is set while a replay reads: the partitions' positions
+	// from its passes are kept in the record until it caught up.
+	replaying bool
 }
 
-func newSessionPositions(from []state.Position, pending []state.Pending, reverse *reverseProgress) *sessionPositions {
+// horizonRefresh is how far the horizon moves before a connected session's
+// record is written for it alone (its positions did not move): an idle
+// session's resume after a crash reads at most this much more.
+const horizonRefresh = time.Minute
+
+func newSessionPositions(from []state.Position, pending []state.Pending, horizon int64, reverse *reverseProgress) *sessionPositions {
 	p := &sessionPositions{base: map[tp]int64{}, delivered: map[tp]int64{}, pending: map[uint16]coord{},
 		resend: map[coord]uint16{}, frontier: map[tp]int64{}, missed: map[tp]int64{}, drops: map[coord]bool{},
-		reverse: reverse}
+		reverse: reverse, fromHorizon: horizon, writtenHorizon: horizon}
 	for _, q := range from {
 		k := tp{q.Topic, q.Partition}
 		p.base[k] = q.Offset
@@ -283,12 +304,16 @@ func (p *sessionPositions) replayed(k tp, end int64) {
 
 // caughtUp records that the replay delivered everything up to its last
 // pass: positions follow the acknowledgements alone again, and the session
-// is live.
-func (p *sessionPositions) caughtUp() {
+// is live. covered is that replay's horizon (0: none ran): its last pass
+// listed the end offsets at covered + horizonSlack, after the
+// subscriptions went live, and read every reverse partition to them.
+func (p *sessionPositions) caughtUp(covered int64) {
 	p.mu.Lock()
 	clear(p.frontier)
 	clear(p.drops)
 	p.offline, p.frozen = false, nil
+	p.covered = max(p.covered, covered)
+	p.replaying = false
 	p.dirty = true
 	p.mu.Unlock()
 }
@@ -297,8 +322,48 @@ func (p *sessionPositions) caughtUp() {
 // replay caught up.
 func (p *sessionPositions) notLive() {
 	p.mu.Lock()
-	p.offline = true
+	p.offline, p.frozenHorizon = true, p.fromHorizon
 	p.mu.Unlock()
+}
+
+// startReplay marks a replay reading (see replaying).
+func (p *sessionPositions) startReplay() {
+	p.mu.Lock()
+	p.replaying = true
+	p.mu.Unlock()
+}
+
+// horizonLocked is the horizon now; under mu.
+func (p *sessionPositions) horizonLocked() int64 {
+	if p.offline {
+		return p.frozenHorizon
+	}
+	return max(p.fromHorizon, p.covered, p.reverse.currentHorizon())
+}
+
+// horizon returns the horizon to write with the positions, and notes it
+// as written.
+func (p *sessionPositions) horizon() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.writtenHorizon = p.horizonLocked()
+	return p.writtenHorizon
+}
+
+// resumeHorizon is the horizon a replay reads the reverse partitions
+// without a position from.
+func (p *sessionPositions) resumeHorizon() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.horizonLocked()
+}
+
+// horizonStale reports whether the horizon moved horizonRefresh past the
+// one last written.
+func (p *sessionPositions) horizonStale() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.horizonLocked()-p.writtenHorizon >= horizonRefresh.Milliseconds()
 }
 
 // wentOffline freezes the reverse path's caps of a live session whose
@@ -310,6 +375,7 @@ func (p *sessionPositions) wentOffline() {
 	if p.offline {
 		return
 	}
+	p.frozenHorizon = p.horizonLocked()
 	p.offline, p.frozen = true, map[tp]int64{}
 	freeze := func(k tp) {
 		if next, applies, known := p.reverse.limit(k); applies && known {
@@ -378,6 +444,24 @@ func (p *sessionPositions) snapshot() []state.Position {
 	for k, f := range p.frontier {
 		if cur, ok := pos[k]; !ok || f < cur {
 			pos[k] = f
+		}
+	}
+	// A partition a caught-up replay only read (nothing delivered, pending
+	// or missed there since) needs no position: the horizon, written with
+	// it, covers it from the replay's last listing on, and its position
+	// would stay there while the reverse path moves on.
+	if !p.replaying && p.covered > 0 && p.reverse != nil {
+		busy := make(map[tp]bool, len(p.pending))
+		for _, c := range p.pending {
+			busy[c.tp()] = true
+		}
+		for k := range pos {
+			_, d := p.delivered[k]
+			_, m := p.missed[k]
+			_, f := p.frontier[k]
+			if !d && !m && !f && !busy[k] && p.reverse.consumes(k.topic) {
+				delete(pos, k)
+			}
 		}
 	}
 	for k, o := range pos {

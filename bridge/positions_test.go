@@ -88,7 +88,7 @@ func TestResendKeepsItsCoordinate(t *testing.T) {
 	h := newSessionHook(testLogger(t), server, nil, "a", time.Second, nil)
 	h.inj = new(injections)
 	cl := server.NewClient(nil, "t", "dev", false)
-	o := &ownedSession{cl: cl, pos: newSessionPositions(nil, nil, nil)}
+	o := &ownedSession{cl: cl, pos: newSessionPositions(nil, nil, 0, nil)}
 	h.owned["dev"] = o
 	first := coord{"k", 0, 7}
 	live := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, PacketID: 3, Origin: "pub"}
@@ -118,7 +118,7 @@ func TestSessionAckIsTheClients(t *testing.T) {
 	server := mqtt.New(&mqtt.Options{InlineClient: true})
 	h := newSessionHook(testLogger(t), server, nil, "a", time.Second, nil)
 	cl := server.NewClient(nil, "t", "dev", false)
-	o := &ownedSession{cl: cl, pos: newSessionPositions(nil, nil, nil)}
+	o := &ownedSession{cl: cl, pos: newSessionPositions(nil, nil, 0, nil)}
 	h.owned["dev"] = o
 	o.pos.sent(3, coord{"k", 0, 7})
 	for _, typ := range []byte{packets.Puback, packets.Pubcomp, packets.Pubrel} {
@@ -143,7 +143,7 @@ func TestSessionAckIsTheClients(t *testing.T) {
 // sessions that resumed twice). The same holds between the replay's two
 // passes, until the last pass has read what was appended meanwhile.
 func TestPositionStopsAtReplayFrontier(t *testing.T) {
-	p := newSessionPositions(nil, nil, nil)
+	p := newSessionPositions(nil, nil, 0, nil)
 	k := tp{"k", 0}
 	p.reading(k, 10)
 	p.reading(k, 16)
@@ -163,7 +163,7 @@ func TestPositionStopsAtReplayFrontier(t *testing.T) {
 	if pos := p.snapshot(); len(pos) != 1 || pos[0].Offset != 40 {
 		t.Fatalf("positions between the passes: %+v, want offset 40 (where the last pass starts)", pos)
 	}
-	p.caughtUp()
+	p.caughtUp(0)
 	if pos := p.snapshot(); len(pos) != 1 || pos[0].Offset != 46 {
 		t.Fatalf("positions after the replay caught up: %+v, want offset 46", pos)
 	}
@@ -176,7 +176,7 @@ func TestPositionStopsAtReplayFrontier(t *testing.T) {
 // skipped the rest for good.
 func TestPositionStopsAtReverseProgress(t *testing.T) {
 	rp := newReverseProgress(func(topic string) bool { return topic == "rev" })
-	p := newSessionPositions(nil, nil, rp)
+	p := newSessionPositions(nil, nil, 0, rp)
 	p.sent(1, coord{"rev", 0, 40})
 	p.sent(2, coord{"fwd", 0, 40})
 	p.acked(1)
@@ -210,7 +210,7 @@ func TestPositionStopsAtReverseProgress(t *testing.T) {
 // leave a position past the own record it never got.
 func TestPositionStopsAtOwnRecordAwaitingLocalDelivery(t *testing.T) {
 	rp := newReverseProgress(func(topic string) bool { return topic == "rev" })
-	p := newSessionPositions(nil, nil, rp)
+	p := newSessionPositions(nil, nil, 0, rp)
 	k := tp{"rev", 0}
 	rp.handled(k, 10)
 	own := coord{"rev", 0, 10}

@@ -133,27 +133,31 @@ func (r *replayer) run(o *ownedSession, connected time.Time) {
 
 // replayRun is one session's replay.
 type replayRun struct {
-	r         *replayer
-	o         *ownedSession
-	cl        *mqtt.Client
-	admin     *kadm.Client // lists offsets (one of replayer.admins)
-	subs      []state.Subscription
-	connected time.Time
-	first     bool
-	firstAt   time.Time
-	delivered int
-	fetched   int           // records fetched
-	fetching  time.Duration // waiting for fetches
-	listing   time.Duration // waiting for topic and offset listings
-	windowed  time.Duration // waiting for the client's window
-	backlog   bool          // the first pass: what matched while the client was away
-	queued    int           // new (not resent) messages of the backlog delivered
-	later     *deferrals    // the last pass: records kept behind live deliveries
-	liveAt    time.Time     // when the subscriptions went live (zero: first pass)
-	hdrs      []topicmap.Header
+	r          *replayer
+	o          *ownedSession
+	cl         *mqtt.Client
+	admin      *kadm.Client // lists offsets (one of replayer.admins)
+	subs       []state.Subscription
+	connected  time.Time
+	first      bool
+	firstAt    time.Time
+	delivered  int
+	horizon    int64         // the session's horizon when it resumed (positions.go)
+	lastListed time.Time     // when the last pass listed its end offsets
+	fetched    int           // records fetched
+	fetching   time.Duration // waiting for fetches
+	listing    time.Duration // waiting for topic and offset listings
+	windowed   time.Duration // waiting for the client's window
+	backlog    bool          // the first pass: what matched while the client was away
+	queued     int           // new (not resent) messages of the backlog delivered
+	later      *deferrals    // the last pass: records kept behind live deliveries
+	liveAt     time.Time     // when the subscriptions went live (zero: first pass)
+	hdrs       []topicmap.Header
 }
 
 func (rs *replayRun) catchUp(ctx context.Context) error {
+	rs.o.pos.startReplay()
+	rs.horizon = rs.o.pos.resumeHorizon()
 	rs.backlog = true
 	ends, err := rs.pass(ctx, nil)
 	rs.backlog = false
@@ -180,7 +184,11 @@ func (rs *replayRun) catchUp(ctx context.Context) error {
 	if err := rs.drain(ctx, ends); err != nil {
 		return err
 	}
-	rs.o.pos.caughtUp()
+	covered := int64(0)
+	if !rs.lastListed.IsZero() {
+		covered = rs.lastListed.Add(-horizonSlack).UnixMilli()
+	}
+	rs.o.pos.caughtUp(covered)
 	return nil
 }
 
@@ -206,12 +214,16 @@ func (rs *replayRun) pass(ctx context.Context, from map[tp]int64) (map[tp]int64,
 	if err != nil || len(topics) == 0 {
 		return nil, err
 	}
+	listedAt := time.Now()
 	endsL, err := rs.admin.ListEndOffsets(ctx, topics...)
 	if err == nil {
 		err = endsL.Error()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list end offsets: %w", err)
+	}
+	if from != nil {
+		rs.lastListed = listedAt
 	}
 	ends := map[tp]int64{}
 	endsL.Each(func(o kadm.ListedOffset) { ends[tp{o.Topic, o.Partition}] = o.Offset })
@@ -223,18 +235,30 @@ func (rs *replayRun) pass(ctx context.Context, from map[tp]int64) (map[tp]int64,
 	for _, p := range rs.o.pos.snapshot() {
 		known[tp{p.Topic, p.Partition}] = p.Offset
 	}
-	var byTime []string
+	// Partitions without a position start at the subscriptions' time, or,
+	// on the reverse topics, at the session's horizon when later
+	// (positions.go).
+	var byTime, byHorizon []string
+	since := rs.oldestSince()
 	for k := range ends {
 		if off, ok := from[k]; ok {
 			starts[k] = off
 		} else if off, ok := known[k]; ok {
 			starts[k] = off
+		} else if rs.horizon > since && rs.r.isReverse(k.topic) {
+			byHorizon = append(byHorizon, k.topic)
 		} else {
 			byTime = append(byTime, k.topic)
 		}
 	}
-	if len(byTime) > 0 {
-		after, err := rs.admin.ListOffsetsAfterMilli(ctx, rs.oldestSince(), dedupe(byTime)...)
+	for _, at := range []struct {
+		ms     int64
+		topics []string
+	}{{since, byTime}, {rs.horizon, byHorizon}} {
+		if len(at.topics) == 0 {
+			continue
+		}
+		after, err := rs.admin.ListOffsetsAfterMilli(ctx, at.ms, dedupe(at.topics)...)
 		if err == nil {
 			err = after.Error()
 		}
@@ -306,6 +330,7 @@ func (rs *replayRun) read(ctx context.Context, assign map[string]map[int32]kgo.O
 				return
 			}
 			rs.fetched++
+			rs.r.metrics.replayRead.Inc()
 			werr = rs.take(ctx, rec)
 			if werr == nil && !rs.later.waits(k) {
 				rs.o.pos.reading(k, rec.Offset+1)

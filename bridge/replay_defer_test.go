@@ -93,7 +93,7 @@ func lastPassFixture(t *testing.T) (*sessionHook, *mqtt.Client, *ownedSession, *
 	got := make(chan string, 8)
 	go readPublishes(cliConn, got)
 	t.Cleanup(func() { cl.Stop(nil); _ = cliConn.Close(); _ = server.Close() })
-	o := &ownedSession{cl: cl, pos: newSessionPositions(nil, nil, nil)}
+	o := &ownedSession{cl: cl, pos: newSessionPositions(nil, nil, 0, nil)}
 	h.owned["dev"] = o
 
 	tm, err := topicmap.New(topicmap.Config{})

@@ -1,6 +1,9 @@
 package bridge
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // reverseProgress is how far this instance's reverse path has handed out
 // each partition it consumes. A persistent session's position must not
@@ -34,10 +37,15 @@ type reverseProgress struct {
 	mu    sync.RWMutex
 	next  map[tp]int64           // the offset after the last record handed out
 	local map[tp]map[int64]int32 // own records acknowledged, not yet delivered here
+	// caught is when each consumed partition was last seen handed out to
+	// its end (check); horizon is what that says for all of them.
+	caught  map[tp]time.Time
+	horizon int64
 }
 
 func newReverseProgress(serves func(string) bool) *reverseProgress {
-	return &reverseProgress{serves: serves, next: map[tp]int64{}, local: map[tp]map[int64]int32{}}
+	return &reverseProgress{serves: serves, next: map[tp]int64{}, local: map[tp]map[int64]int32{},
+		caught: map[tp]time.Time{}}
 }
 
 // consumes reports whether the reverse path consumes Kafka topic t.
@@ -109,4 +117,78 @@ func (p *reverseProgress) limit(k tp) (next int64, applies, known bool) {
 	}
 	p.mu.RUnlock()
 	return next, true, known
+}
+
+// horizonSlack is how far behind the time a record's Kafka timestamp may be
+// (clocks of bridge hosts and brokers differ): the same second a
+// subscription's time is taken early.
+const horizonSlack = time.Second
+
+// check takes a listing of the consumed partitions' end offsets, requested
+// at at (committed: the reverse group's committed offsets, for partitions
+// nothing was handed out of yet in this run), and moves the horizon: the
+// time (unix ms) before which every record of every consumed partition has
+// been handed out. A record appended after the listing was requested has a
+// timestamp of at least at - horizonSlack (as a subscription's time
+// assumes), so one older than that sits below the end listed; a partition
+// whose limit (own records awaiting local delivery included) reached its
+// end had handed all of those out. Zero while any partition has never
+// been seen so.
+func (p *reverseProgress) check(ends, committed map[tp]int64, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h := at
+	for k, end := range ends {
+		next, known := p.next[k]
+		if !known {
+			next, known = committed[k]
+		}
+		for off := range p.local[k] {
+			if known && off < next {
+				next = off
+			}
+		}
+		if end <= 0 || known && next >= end {
+			p.caught[k] = at
+		}
+		c, ok := p.caught[k]
+		if !ok {
+			h = time.Time{}
+		} else if !h.IsZero() && c.Before(h) {
+			h = c
+		}
+	}
+	for k := range p.caught {
+		if _, ok := ends[k]; !ok {
+			delete(p.caught, k)
+		}
+	}
+	p.horizon = 0
+	if !h.IsZero() && len(ends) > 0 {
+		p.horizon = h.Add(-horizonSlack).UnixMilli()
+	}
+}
+
+// anyUnknown reports whether nothing of one of the partitions has been
+// handed out yet.
+func (p *reverseProgress) anyUnknown(parts map[tp]int64) bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	for k := range parts {
+		if _, ok := p.next[k]; !ok {
+			return true
+		}
+	}
+	return false
+}
+
+// currentHorizon is the horizon of the last check (0: none yet, or a
+// partition never caught up).
+func (p *reverseProgress) currentHorizon() int64 {
+	if p == nil {
+		return 0
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.horizon
 }

@@ -133,7 +133,7 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	rec.Epoch = state.NextEpoch(epochOf(prev), start)
 	o := &ownedSession{cl: cl}
 	if pers {
-		o.pos = newSessionPositions(nil, nil, h.reverse)
+		o.pos = newSessionPositions(nil, nil, 0, h.reverse)
 	}
 	switch {
 	case resume && prev != nil && !prev.Clean && !prev.Expired(start):
@@ -147,7 +147,7 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 			o.pos = old.pos
 			o.pos.inherit()
 		} else {
-			o.pos = newSessionPositions(prev.Positions, prev.Pending, h.reverse)
+			o.pos = newSessionPositions(prev.Positions, prev.Pending, prev.Horizon, h.reverse)
 			o.pos.notLive()
 		}
 		o.resumed = prev.Subs
@@ -162,8 +162,8 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	}
 	o.rec = rec
 	if o.pos != nil {
-		o.rec.Positions, o.rec.Pending = o.pos.snapshot(), o.pos.pendingList()
-		rec.Positions, rec.Pending = o.rec.Positions, o.rec.Pending
+		o.rec.Positions, o.rec.Pending, o.rec.Horizon = o.pos.snapshot(), o.pos.pendingList(), o.pos.horizon()
+		rec.Positions, rec.Pending, rec.Horizon = o.rec.Positions, o.rec.Pending, o.rec.Horizon
 	}
 	o.wmu.Lock()
 	defer o.wmu.Unlock()
@@ -199,7 +199,7 @@ func (h *sessionHook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 	}
 	if len(o.resumedSubs()) == 0 {
 		if o.pos != nil {
-			o.pos.caughtUp() // nothing was owed while it was away: live now
+			o.pos.caughtUp(0) // nothing was owed while it was away: live now
 		}
 		return
 	}
@@ -467,7 +467,7 @@ func (h *sessionHook) update(o *ownedSession, fn func(*state.Session)) error {
 	rec.Subs = append([]state.Subscription(nil), rec.Subs...)
 	h.mu.Unlock()
 	if o.pos != nil {
-		rec.Positions, rec.Pending = o.pos.snapshot(), o.pos.pendingList()
+		rec.Positions, rec.Pending, rec.Horizon = o.pos.snapshot(), o.pos.pendingList(), o.pos.horizon()
 	}
 	fn(&rec)
 	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
@@ -575,7 +575,7 @@ func (h *sessionHook) checkpoints(stop <-chan struct{}) {
 		h.mu.Lock()
 		var due []*ownedSession
 		for _, o := range h.owned {
-			if o.pos != nil && o.cl != nil && !o.cl.Closed() && o.pos.isDirty() {
+			if o.pos != nil && o.cl != nil && !o.cl.Closed() && (o.pos.isDirty() || o.pos.horizonStale()) {
 				due = append(due, o)
 			}
 		}

@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -71,9 +72,26 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 	hook.table = b.sessions
 	b.sessionHook = hook
 	b.stateDone = make(chan struct{})
+	var horizon *horizonWatch
+	if hook.reverse != nil {
+		horizon = &horizonWatch{progress: hook.reverse, admin: admins[0], topics: hook.replays.topics,
+			log: b.log.With("component", "replay")}
+		if b.cfg.Reverse.GroupID == "" {
+			horizon.group = reverseGroupID(b.cfg)
+		}
+	}
 	go func() {
 		defer close(b.stateDone)
+		var wg sync.WaitGroup
+		if horizon != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				horizon.run(b.stateStop)
+			}()
+		}
 		hook.checkpoints(b.stateStop)
+		wg.Wait()
 	}()
 	b.wills.table = b.sessions
 	b.instance.setBeats(b.wills.beat)

@@ -23,6 +23,7 @@ type stateMetrics struct {
 	replayed       *prometheus.CounterVec
 	replayFirst    prometheus.Histogram
 	replayDuration prometheus.Histogram
+	replayRead     prometheus.Counter
 	wills          *prometheus.CounterVec
 }
 
@@ -53,6 +54,8 @@ func newStateMetrics(reg prometheus.Registerer) (*stateMetrics, error) {
 			Help: "From a resumed session's CONNACK to its first replayed message.", Buckets: latency}),
 		replayDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ferry_sessions_replay_seconds",
 			Help: "From a resumed session's CONNACK until its replay caught up and its subscriptions went live.", Buckets: latency}),
+		replayRead: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_sessions_replay_read_total",
+			Help: "Kafka records session replays read, matching or not (the reverse topics may carry any MQTT topic, so a replay reads them all from the session's positions or horizon)."}),
 		wills: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_wills_published_total",
 			Help: "Wills this instance published on behalf of another, by reason (dead_instance: the client's instance stopped heartbeating)."}, []string{"reason"}),
 	}
@@ -65,7 +68,7 @@ func newStateMetrics(reg prometheus.Registerer) (*stateMetrics, error) {
 		m.replayed.WithLabelValues(k)
 	}
 	for _, c := range []prometheus.Collector{m.writes, m.writeSeconds, m.connectWrite, m.subscribeWrite, m.resumed,
-		m.takenOver, m.repaired, m.refused, m.retainedWrites, m.replayed, m.replayFirst, m.replayDuration, m.wills} {
+		m.takenOver, m.repaired, m.refused, m.retainedWrites, m.replayed, m.replayFirst, m.replayDuration, m.replayRead, m.wills} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("state metrics: %w", err)
 		}

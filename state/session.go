@@ -47,6 +47,11 @@ type Session struct {
 	// Positions are the session's queue: for each Kafka partition it drew
 	// messages from, where a resume reads from (bridge/positions.go).
 	Positions []Position `json:"pos,omitempty"`
+	// Horizon (unix ms) covers the reverse topics' partitions without a
+	// position: every record there with an older timestamp was given to
+	// the session, or did not match, or is older than its subscriptions. A
+	// resume reads them from it (0: from the subscriptions' time).
+	Horizon int64 `json:"horizon,omitempty"`
 	// Pending are the deliveries not yet acknowledged when the record was
 	// written, with their packet ids: a resume resends them with the same
 	// id and DUP set [MQTT-4.4.0-1].
