@@ -82,6 +82,7 @@ type sessionPositions struct {
 	// it stopped being live (frozen; missing or -1: nothing handed out).
 	reverse *reverseProgress
 	offline bool
+	gone    bool // its client went (wentOffline) and no connection took it since (inherit)
 	frozen  map[tp]int64
 	// missed is, per partition, the oldest message mochi dropped instead of
 	// delivering (its client's outbound queue was full): a position stays
@@ -171,6 +172,7 @@ func (p *sessionPositions) reserved(pid uint16) bool {
 func (p *sessionPositions) inherit() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.gone = false
 	p.inherited = make(map[coord]bool, len(p.pending))
 	for _, c := range p.pending {
 		p.inherited[c] = true
@@ -311,7 +313,9 @@ func (p *sessionPositions) caughtUp(covered int64) {
 	p.mu.Lock()
 	clear(p.frontier)
 	clear(p.drops)
-	p.offline, p.frozen = false, nil
+	if !p.gone { // else the client went meanwhile: it stays offline, frozen
+		p.offline, p.frozen = false, nil
+	}
 	p.covered = max(p.covered, covered)
 	p.replaying = false
 	p.dirty = true
@@ -372,6 +376,7 @@ func (p *sessionPositions) horizonStale() bool {
 func (p *sessionPositions) wentOffline() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.gone = true
 	if p.offline {
 		return
 	}

@@ -187,3 +187,29 @@ func TestResumeReadsReverseTopicsFromHorizon(t *testing.T) {
 		t.Fatalf("the replay read %.0f records: it read again the %d the session's horizon covers", read, noise)
 	}
 }
+
+// TestReplayCaughtUpAfterClientWentStaysOffline: a client that goes while
+// its replay finishes leaves a session that is offline: the replay's end
+// must not make it live again, or its horizon (and its positions) would
+// follow what the reverse path hands out to nobody.
+func TestReplayCaughtUpAfterClientWentStaysOffline(t *testing.T) {
+	rp := newReverseProgress(func(topic string) bool { return topic == "rev" })
+	r0 := tp{"rev", 0}
+	p := newSessionPositions(nil, nil, 5_000, rp)
+	p.notLive()
+	p.startReplay()
+	p.replayed(r0, 5)
+	p.wentOffline() // the client goes before the replay's end
+	p.caughtUp(8_000)
+	rp.handled(r0, 50)
+	rp.check(map[tp]int64{r0: 50}, nil, time.UnixMilli(60_000))
+	if h := p.horizon(); h != 5_000 {
+		t.Fatalf("horizon %d of a session whose client went during its replay, want 5000 (frozen at the record's)", h)
+	}
+	p.inherit() // the client is back on this instance: its next replay makes it live
+	p.startReplay()
+	p.caughtUp(9_000)
+	if h := p.horizon(); h != 59_000 {
+		t.Fatalf("horizon %d after the next replay caught up, want the reverse path's 59000", h)
+	}
+}
