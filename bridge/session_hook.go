@@ -562,6 +562,11 @@ func (h *sessionHook) onChange(c state.Change) {
 // are written when they moved: what a crash makes a resume deliver twice.
 const checkpointEvery = time.Second
 
+// horizonWritesPerTick bounds the records written in one checkpoint for
+// the horizon alone (positions.go horizonRefresh): every idle session's
+// horizon goes stale at once, and each write waits for Kafka.
+const horizonWritesPerTick = 100
+
 // checkpoints writes moved positions every checkpointEvery until stop.
 func (h *sessionHook) checkpoints(stop <-chan struct{}) {
 	t := time.NewTicker(checkpointEvery)
@@ -574,9 +579,16 @@ func (h *sessionHook) checkpoints(stop <-chan struct{}) {
 		}
 		h.mu.Lock()
 		var due []*ownedSession
+		stale := 0
 		for _, o := range h.owned {
-			if o.pos != nil && o.cl != nil && !o.cl.Closed() && (o.pos.isDirty() || o.pos.horizonStale()) {
+			if o.pos == nil || o.cl == nil || o.cl.Closed() {
+				continue
+			}
+			if o.pos.isDirty() {
 				due = append(due, o)
+			} else if stale < horizonWritesPerTick && o.pos.horizonStale() {
+				due = append(due, o)
+				stale++
 			}
 		}
 		h.mu.Unlock()
