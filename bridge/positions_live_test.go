@@ -53,28 +53,9 @@ func TestResumeAfterLocalDeliveryOvertookReverse(t *testing.T) {
 	if tok := pub.Publish(m, 1, false, "m5"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("publish: %v", tok.Error())
 	}
-	select {
-	case p := <-got:
-		if p != "m5" {
-			t.Fatalf("got %q first, want the local delivery m5 (the reverse path is held)", p)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the local delivery m5 did not arrive")
-	}
+	wantFirst(t, got, "m5", "the local delivery (the reverse path is held)")
 	sub.Disconnect(250)
-	waitFor(t, 10*time.Second, "the session's record after the disconnect", func() bool {
-		rec := sessionIn(t, readTable(t, cfg.Kafka.Brokers, cfg.State.SessionsTopic), id)
-		if rec == nil || rec.Connected {
-			return false
-		}
-		t.Logf("the record after the disconnect: positions %+v, pending %+v", rec.Positions, rec.Pending)
-		for _, p := range rec.Positions {
-			if p.Topic == k && p.Offset > 0 {
-				t.Fatalf("the session left position %d in %s/%d: past offsets 0..4, which the reverse path had not delivered yet", p.Offset, k, p.Partition)
-			}
-		}
-		return true
-	})
+	wantPositionAtMost(t, cfg, id, k, 0, "past offsets 0..4, which the reverse path had not delivered yet")
 
 	// The reverse path goes on while the session is away: what it hands
 	// out now reaches nobody, and must not count for the session.
@@ -144,27 +125,9 @@ func TestResumeBringsOwnQoS2RecordOvertakenByReverse(t *testing.T) {
 		t.Fatal("the QoS 2 publish did not reach the hold")
 	}
 	produceAll(t, kgoProducer(t, brokers), []*kgo.Record{{Topic: k, Value: []byte("r1")}})
-	select {
-	case p := <-got:
-		if p != "r1" {
-			t.Fatalf("got %q first, want r1 from the reverse path (the QoS 2 publish is held)", p)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("r1 did not come through the reverse path")
-	}
+	wantFirst(t, got, "r1", "from the reverse path (the QoS 2 publish is held)")
 	sub.Disconnect(250)
-	waitFor(t, 10*time.Second, "the session's record after the disconnect", func() bool {
-		rec := sessionIn(t, readTable(t, cfg.Kafka.Brokers, cfg.State.SessionsTopic), id)
-		if rec == nil || rec.Connected {
-			return false
-		}
-		for _, p := range rec.Positions {
-			if p.Topic == k && p.Offset > 0 {
-				t.Fatalf("the session left position %d in %s/%d: past its own QoS 2 record at 0, which it never got", p.Offset, k, p.Partition)
-			}
-		}
-		return true
-	})
+	wantPositionAtMost(t, cfg, id, k, 0, "past its own QoS 2 record at 0, which it never got")
 	close(gate.release)
 	released = true
 	if !own.WaitTimeout(10*time.Second) || own.Error() != nil {
@@ -298,6 +261,39 @@ func (h *blockWrites) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets
 		<-h.release
 	}
 	return pk
+}
+
+// wantFirst fails unless the next message in got is want (why: where it
+// comes from) within 10 s.
+func wantFirst(t *testing.T, got <-chan string, want, why string) {
+	t.Helper()
+	select {
+	case p := <-got:
+		if p != want {
+			t.Fatalf("got %q first, want %s %s", p, want, why)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s %s did not arrive", want, why)
+	}
+}
+
+// wantPositionAtMost waits for client id's record to say it disconnected,
+// and fails if its position in Kafka topic k passes max (why: what lies
+// beyond).
+func wantPositionAtMost(t *testing.T, cfg Config, id, k string, max int64, why string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "the session's record after the disconnect", func() bool {
+		rec := sessionIn(t, readTable(t, cfg.Kafka.Brokers, cfg.State.SessionsTopic), id)
+		if rec == nil || rec.Connected {
+			return false
+		}
+		for _, p := range rec.Positions {
+			if p.Topic == k && p.Offset > max {
+				t.Fatalf("the session left position %d in %s/%d: %s", p.Offset, k, p.Partition, why)
+			}
+		}
+		return true
+	})
 }
 
 // persistentInto makes a paho client a persistent session (clean session
