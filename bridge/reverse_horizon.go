@@ -12,7 +12,7 @@ import (
 
 // horizonEvery is how often the reverse path's horizon is checked
 // (reverseProgress.check).
-const horizonEvery = 2 * time.Second
+const horizonEvery = 5 * time.Second
 
 // horizonWatch moves the reverse path's horizon: every horizonEvery it
 // lists the consumed topics (a listing requested after the check began, so
