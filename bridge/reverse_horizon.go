@@ -18,9 +18,10 @@ const horizonEvery = 5 * time.Second
 // lists the consumed topics (a listing requested after the check began, so
 // a topic created before it is in it) and their partitions' end offsets.
 // While a partition has handed out nothing in this run, the reverse group's
-// committed offsets say where its consumer started; only for a group of
-// this instance's own (an empty reverse.group_id): a shared group's
-// offsets are other instances' hand-outs.
+// committed offsets say where its consumer started (only for a group of
+// this instance's own, an empty reverse.group_id: a shared group's offsets
+// are other instances' hand-outs), and a partition retention emptied has
+// nothing to hand out.
 type horizonWatch struct {
 	progress *reverseProgress
 	admin    *kadm.Client
@@ -69,22 +70,45 @@ func (w *horizonWatch) check(ctx context.Context) error {
 		}
 		listed.Each(func(o kadm.ListedOffset) { ends[tp{o.Topic, o.Partition}] = o.Offset })
 	}
-	var committed map[tp]int64
-	if w.group != "" && w.progress.anyUnknown(ends) {
-		offs, err := w.admin.FetchOffsets(ctx, w.group)
-		if err == nil {
-			err = offs.Error()
-		}
-		if err != nil {
+	var seen map[tp]int64
+	if w.progress.anyUnknown(ends) {
+		if seen, err = w.startedAt(ctx, consumed); err != nil {
 			return err
 		}
-		committed = map[tp]int64{}
-		offs.Each(func(o kadm.OffsetResponse) {
-			if o.At >= 0 {
-				committed[tp{o.Topic, o.Partition}] = o.At
-			}
-		})
 	}
-	w.progress.check(ends, committed, at)
+	w.progress.check(ends, seen, at)
 	return nil
+}
+
+// startedAt says, for the partitions nothing was handed out of yet in this
+// run, an offset below which nothing is left to hand out: the reverse
+// group's committed offset (a group of this instance's own only), or the
+// end when retention emptied the partition (its start is its end).
+func (w *horizonWatch) startedAt(ctx context.Context, topics []string) (map[tp]int64, error) {
+	seen := map[tp]int64{}
+	starts, err := w.admin.ListStartOffsets(ctx, topics...)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return nil, err
+	}
+	starts.Each(func(o kadm.ListedOffset) { seen[tp{o.Topic, o.Partition}] = o.Offset })
+	if w.group == "" {
+		return seen, nil // the start offset is a floor only where it is the end
+	}
+	offs, err := w.admin.FetchOffsets(ctx, w.group)
+	if err == nil {
+		err = offs.Error()
+	}
+	if err != nil {
+		return nil, err
+	}
+	offs.Each(func(o kadm.OffsetResponse) {
+		k := tp{o.Topic, o.Partition}
+		if o.At >= 0 && o.At > seen[k] {
+			seen[k] = o.At
+		}
+	})
+	return seen, nil
 }

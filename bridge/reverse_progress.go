@@ -125,8 +125,9 @@ func (p *reverseProgress) limit(k tp) (next int64, applies, known bool) {
 const horizonSlack = time.Second
 
 // check takes a listing of the consumed partitions' end offsets, requested
-// at at (committed: the reverse group's committed offsets, for partitions
-// nothing was handed out of yet in this run), and moves the horizon: the
+// at at (seen: for partitions nothing was handed out of yet in this run,
+// an offset below which nothing is left to hand out: horizonWatch.startedAt),
+// and moves the horizon: the
 // time (unix ms) before which every record of every consumed partition has
 // been handed out. A record appended after the listing was requested has a
 // timestamp of at least at - horizonSlack (as a subscription's time
@@ -134,14 +135,14 @@ const horizonSlack = time.Second
 // whose limit (own records awaiting local delivery included) reached its
 // end had handed all of those out. Zero while any partition has never
 // been seen so.
-func (p *reverseProgress) check(ends, committed map[tp]int64, at time.Time) {
+func (p *reverseProgress) check(ends, seen map[tp]int64, at time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	h := at
 	for k, end := range ends {
 		next, known := p.next[k]
 		if !known {
-			next, known = committed[k]
+			next, known = seen[k]
 		}
 		for off := range p.local[k] {
 			if known && off < next {
