@@ -117,8 +117,15 @@ func (r *replayer) run(o *ownedSession, connected time.Time) {
 		admin: r.admins[int(r.nextAdmin.Add(1))%len(r.admins)]}
 	slotted := time.Now()
 	err := rs.catchUp(ctx)
-	r.log.Debug("session replay", "client", o.cl.ID, "delivered", rs.delivered, "fetched", rs.fetched,
-		"fetching", rs.fetching, "listing", rs.listing, "first", rs.firstAt.Sub(slotted), "windowed", rs.windowed, "waited", slotted.Sub(connected), "took", time.Since(connected), "err", err)
+	if r.log.Enabled(ctx, slog.LevelDebug) {
+		var first time.Duration // to the first delivery; 0: none
+		if rs.first {
+			first = rs.firstAt.Sub(slotted)
+		}
+		r.log.Debug("session replay", "client", o.cl.ID, "delivered", rs.delivered, "fetched", rs.fetched,
+			"fetching", rs.fetching, "listing", rs.listing, "first", first, "windowed", rs.windowed,
+			"waited", slotted.Sub(connected), "took", time.Since(connected), "err", err)
+	}
 	if err != nil && ctx.Err() == nil {
 		r.log.Warn("session replay failed: the client is disconnected and resumes from its last position when it reconnects",
 			"client", o.cl.ID, "err", err)
