@@ -302,8 +302,10 @@ func (rs *replayRun) pass(ctx context.Context, from map[tp]int64) (map[tp]int64,
 
 // read consumes the assigned partitions up to ends.
 func (rs *replayRun) read(ctx context.Context, assign map[string]map[int32]kgo.Offset, ends map[tp]int64) error {
+	// Control records (a transaction's commit or abort marker) come too: a
+	// partition may end with one, and the read is done at its offset.
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.ConsumePartitions(assign), kgo.FetchMaxWait(200 * time.Millisecond),
-		kgo.FetchMaxBytes(replayFetchBytes), kgo.MaxConcurrentFetches(1)}, rs.r.opts...)...)
+		kgo.FetchMaxBytes(replayFetchBytes), kgo.MaxConcurrentFetches(1), kgo.KeepControlRecords()}, rs.r.opts...)...)
 	if err != nil {
 		return fmt.Errorf("replay client: %w", err)
 	}
@@ -336,9 +338,11 @@ func (rs *replayRun) read(ctx context.Context, assign map[string]map[int32]kgo.O
 			if werr != nil || done[k] || rec.Offset >= ends[k] {
 				return
 			}
-			rs.fetched++
-			rs.r.metrics.replayRead.Inc()
-			werr = rs.take(ctx, rec)
+			if !rec.Attrs.IsControl() {
+				rs.fetched++
+				rs.r.metrics.replayRead.Inc()
+				werr = rs.take(ctx, rec)
+			}
 			if werr == nil && !rs.later.waits(k) {
 				rs.o.pos.reading(k, rec.Offset+1)
 			}

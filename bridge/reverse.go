@@ -195,6 +195,11 @@ func (r *reverse) partition(ctx context.Context) func(kgo.FetchTopicPartition) {
 // handle publishes or skips one record; false means it was neither (shutdown)
 // and must not be committed.
 func (r *reverse) handle(ctx context.Context, rec *kgo.Record) bool {
+	if rec.Attrs.IsControl() {
+		// A transaction's marker: nothing to deliver, but handed out (a
+		// partition that ends with one is at its end: reverse_progress.go).
+		return true
+	}
 	r.metrics.reverseConsumed.Inc()
 	r.hdrs = r.hdrs[:0]
 	for _, h := range rec.Headers {

@@ -126,6 +126,9 @@ func reverseKgoOpts(cfg Config, brokers []string, log *slog.Logger, m *metrics, 
 		// that a new topic's first records arrive within about refresh +
 		// reverseFetchMaxWait (kgo's default is 5s).
 		kgo.FetchMaxWait(reverseFetchMaxWait),
+		// Transaction markers come as records (handle skips them), so that
+		// what has been handed out reaches a partition's end offset.
+		kgo.KeepControlRecords(),
 		// Commit only what the committer marked safe, in the background.
 		kgo.AutoCommitMarks(),
 		kgo.AutoCommitInterval(reverseCommitInterval),
