@@ -72,7 +72,7 @@ type pending struct {
 	qos   byte
 	topic string
 	local *packets.Packet // QoS 1, for local delivery; nil when nobody subscribes
-	floor bool            // holds reverseProgress until delivered locally (localAcked)
+	floor bool            // QoS 1: holds reverseProgress until delivered locally (localAcked)
 	coord coord           // where Kafka appended it (set before done on success)
 	slot  bool            // holds a slot of ackQueue.slots
 	turn  chan error      // QoS 2: receives the outcome when its turn has come
@@ -195,7 +195,7 @@ func (q *ackQueue) write(batch []*pending, viaMochi bool) {
 		if p.err == nil && p.local != nil {
 			q.h.deliverLocal(q.cl, p.local, p.coord)
 		}
-		if p.floor && p.qos == 1 { // a QoS 2 publish's ends after mochi delivered it (hook.publishQoS2)
+		if p.floor {
 			q.h.progress.localDelivered(p.coord)
 		}
 	}

@@ -406,13 +406,13 @@ func (h *hook) publishQoS2(cl *mqtt.Client, pk *packets.Packet, rec *record) boo
 	p := q.add(pk, nil)
 	p.turn = make(chan error, 1)
 	local := h.mayDeliverLocally(pk)
-	var mu sync.Mutex // orders done's floor against a turn that never came
+	var mu sync.Mutex // orders done's hold against a turn that never came
+	var held *coord   // the record holding the reverse path's progress
 	abandoned := false
 	rec.done = func(err error) {
 		mu.Lock()
-		if err == nil && local && !abandoned {
-			p.coord = coord{rec.topic, rec.part, rec.offset}
-			p.floor = h.progress.localAcked(p.coord)
+		if c := (coord{rec.topic, rec.part, rec.offset}); err == nil && local && !abandoned && h.progress.localAcked(c) {
+			held = &c
 		}
 		mu.Unlock()
 		q.complete(p, err)
@@ -424,20 +424,19 @@ func (h *hook) publishQoS2(cl *mqtt.Client, pk *packets.Packet, rec *record) boo
 	if err := h.push(rec); err != nil {
 		rec.complete(err)
 	}
-	if !h.waitTurn(cl, pk, p, rec.deadline) {
-		mu.Lock()
+	ok := h.waitTurn(cl, pk, p, rec.deadline)
+	mu.Lock()
+	defer mu.Unlock()
+	switch {
+	case !ok:
 		abandoned = true
-		if p.floor { // no delivery follows
-			h.progress.localDelivered(p.coord)
+		if held != nil { // no delivery follows
+			h.progress.localDelivered(*held)
 		}
-		mu.Unlock()
-		return false
+	case held != nil:
+		q.qos2Floor.Store(held)
 	}
-	if p.floor {
-		c := p.coord
-		q.qos2Floor.Store(&c)
-	}
-	return true
+	return ok
 }
 
 // releaseQoS2Floor ends the hold of cl's QoS 2 publish on the reverse

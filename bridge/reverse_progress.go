@@ -110,13 +110,20 @@ func (p *reverseProgress) limit(k tp) (next int64, applies, known bool) {
 	}
 	p.mu.RLock()
 	next, known = p.next[k]
-	for off := range p.local[k] {
-		if known && off < next { // unknown stays unknown: nothing of k handed out yet
-			next = off
-		}
+	if known { // unknown stays unknown: nothing of k handed out yet
+		next = p.heldAt(k, next)
 	}
 	p.mu.RUnlock()
 	return next, true, known
+}
+
+// heldAt lowers next, what has been handed out of k, to its oldest own
+// record awaiting its local delivery; under mu.
+func (p *reverseProgress) heldAt(k tp, next int64) int64 {
+	for off := range p.local[k] {
+		next = min(next, off)
+	}
+	return next
 }
 
 // horizonSlack is how far behind the time a record's Kafka timestamp may be
@@ -144,12 +151,7 @@ func (p *reverseProgress) check(ends, seen map[tp]int64, at time.Time) {
 		if !known {
 			next, known = seen[k]
 		}
-		for off := range p.local[k] {
-			if known && off < next {
-				next = off
-			}
-		}
-		if end <= 0 || known && next >= end {
+		if end <= 0 || known && p.heldAt(k, next) >= end {
 			p.caught[k] = at
 		}
 		c, ok := p.caught[k]
