@@ -29,8 +29,6 @@ func TestResumeAfterLocalDeliveryOvertookReverse(t *testing.T) {
 	k, m := revTopic(t, "twopath")
 	kafkatest.CreateTopic(t, brokers, k, 1, nil)
 	cfg := reverseConfig(brokers, k)
-	cfg.State.SessionsTopic = "_ferry_sessions_t" + randHex(4)
-	cfg.State.RetainedTopic = "_ferry_retained_t" + randHex(4)
 	hold := make(chan struct{})
 	cfg.reverseHold = hold
 	b := startBridge(t, cfg)
@@ -95,8 +93,6 @@ func TestResumeBringsOwnQoS2RecordOvertakenByReverse(t *testing.T) {
 	k, m := revTopic(t, "own2")
 	kafkatest.CreateTopic(t, brokers, k, 1, nil)
 	cfg := reverseConfig(brokers, k)
-	cfg.State.SessionsTopic = "_ferry_sessions_t" + randHex(4)
-	cfg.State.RetainedTopic = "_ferry_retained_t" + randHex(4)
 	b := startBridge(t, cfg)
 	pubID := "own2-pub-" + randHex(3)
 	gate := &holdQoS2{id: pubID, entered: make(chan struct{}, 1), release: make(chan struct{})}
@@ -189,8 +185,6 @@ func (h *holdQoS2) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 func TestDroppedDeliveryComesWithResume(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	cfg := testConfig(brokers)
-	cfg.State.SessionsTopic = "_ferry_sessions_t" + randHex(4)
-	cfg.State.RetainedTopic = "_ferry_retained_t" + randHex(4)
 	cfg.MQTT.ClientWritesPending = 4
 	b := startBridge(t, cfg)
 	topic, id := "drop/"+randHex(4), "drop-"+randHex(3)

@@ -22,21 +22,11 @@ func TestReplayReadsTransactionalTopic(t *testing.T) {
 	k, m := revTopic(t, "txn")
 	kafkatest.CreateTopic(t, brokers, k, 1, nil)
 	cfg := reverseConfig(brokers, k)
-	cfg.State.SessionsTopic = "_ferry_sessions_t" + randHex(4)
-	cfg.State.RetainedTopic = "_ferry_retained_t" + randHex(4)
 	b := startBridge(t, cfg)
 	id := "txn-" + randHex(3)
 	got := make(chan string, 100)
 	persistent := persistentInto(got)
-	sub := connectPaho(t, b.MQTTAddr(), id, persistent)
-	if tok := sub.Subscribe(m, 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscribe: %v", tok.Error())
-	}
-	sub.Disconnect(250)
-	waitFor(t, 10*time.Second, "the session offline", func() bool {
-		cl, ok := b.server.Clients.Get(id)
-		return ok && cl.Closed()
-	})
+	subscribeThenGoOffline(t, b, id, m, persistent)
 
 	txn, err := kgo.NewClient(kgo.SeedBrokers(kafkatest.Addrs(brokers)...), kgo.TransactionalID("ferrytest-"+randHex(4)))
 	if err != nil {

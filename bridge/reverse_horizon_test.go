@@ -136,8 +136,6 @@ func TestResumeReadsReverseTopicsFromHorizon(t *testing.T) {
 	kafkatest.CreateTopic(t, brokers, kA, 1, nil)
 	kafkatest.CreateTopic(t, brokers, kB, 1, nil)
 	cfg := reverseConfig(brokers, kA, kB)
-	cfg.State.SessionsTopic = "_ferry_sessions_t" + randHex(4)
-	cfg.State.RetainedTopic = "_ferry_retained_t" + randHex(4)
 	a := startBridge(t, cfg)
 	id := "hzn-" + randHex(3)
 	got := make(chan string, 100)
@@ -225,8 +223,6 @@ func TestHorizonAfterRestart(t *testing.T) {
 	kA, _ := revTopic(t, "hzra")
 	kafkatest.CreateTopic(t, brokers, kA, 2, nil)
 	cfg := reverseConfig(brokers, kA)
-	cfg.State.SessionsTopic = "_ferry_sessions_t" + randHex(4)
-	cfg.State.RetainedTopic = "_ferry_retained_t" + randHex(4)
 	a := startBridge(t, cfg)
 	recs := []*kgo.Record{{Topic: kA, Partition: 0, Value: []byte("x")}, {Topic: kA, Partition: 1, Value: []byte("y")}}
 	pr, err := kgo.NewClient(kgo.SeedBrokers(kafkatest.Addrs(brokers)...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
