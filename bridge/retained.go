@@ -49,7 +49,11 @@ func newRetainedState(log *slog.Logger, server *mqtt.Server, m *stateMetrics) *r
 }
 
 // onChange applies one record read from the table (reader goroutine).
-func (r *retainedState) onChange(c state.Change) { r.apply(c.Key, c.Value) }
+func (r *retainedState) onChange(c state.Change) {
+	if !c.Superseded {
+		r.apply(c.Key, c.Value)
+	}
+}
 
 func (r *retainedState) apply(topic string, v []byte) bool {
 	if v == nil {

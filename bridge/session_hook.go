@@ -53,6 +53,10 @@ type sessionHook struct {
 
 	mu    sync.Mutex
 	owned map[string]*ownedSession
+	lost  *lostSessions // sessions taken over from this instance, for a while
+	// beforeWrite, when set (tests, under mu), sees each update before
+	// it is written.
+	beforeWrite func(*state.Session)
 
 	inj        *injections        // coordinates of messages being injected
 	replays    *replayer          // nil: no replay (tests of the hook alone)
@@ -96,7 +100,8 @@ func (o *ownedSession) resumedSubs() []state.Subscription {
 func newSessionHook(log *slog.Logger, server *mqtt.Server, table *state.Table, id string, timeout time.Duration, m *stateMetrics) *sessionHook {
 	log = log.With("component", "sessions")
 	return &sessionHook{log: log, server: server, table: table, id: id, timeout: timeout, metrics: m,
-		logs: newRateLimiter(log, 10*time.Second), owned: make(map[string]*ownedSession)}
+		logs: newRateLimiter(log, 10*time.Second), owned: make(map[string]*ownedSession),
+		lost: newLostSessions(max(time.Minute, 4*timeout))}
 }
 
 func (h *sessionHook) ID() string { return "ferry-sessions" }
@@ -465,11 +470,15 @@ func (h *sessionHook) update(o *ownedSession, fn func(*state.Session)) error {
 	}
 	rec := o.rec
 	rec.Subs = append([]state.Subscription(nil), rec.Subs...)
+	before := h.beforeWrite
 	h.mu.Unlock()
 	if o.pos != nil {
 		rec.Positions, rec.Pending, rec.Horizon = o.pos.snapshot(), o.pos.pendingList(), o.pos.horizon()
 	}
 	fn(&rec)
+	if before != nil {
+		before(&rec)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
 	defer cancel()
 	if err := h.put(ctx, &rec); err != nil {
@@ -523,9 +532,6 @@ func (h *sessionHook) onChange(c state.Change) {
 			return
 		}
 	}
-	if h.wills != nil {
-		h.wills.saw(c.Key, rec)
-	}
 	h.mu.Lock()
 	o := h.owned[c.Key]
 	var epoch int64
@@ -533,6 +539,29 @@ func (h *sessionHook) onChange(c state.Change) {
 		epoch = o.rec.Epoch
 	}
 	h.mu.Unlock()
+	if c.Superseded {
+		// A write of this instance already stands for the key: all this
+		// record can tell is that a newer owner claimed the session first.
+		if o != nil && rec != nil && rec.Epoch > epoch {
+			h.takenOver(o, rec)
+		}
+		h.lost.saw(c.Key, rec, h.id)
+		return
+	}
+	if h.wills != nil {
+		h.wills.saw(c.Key, rec)
+	}
+	if rec != nil && o == nil && rec.Owner == h.id {
+		if stale, ended := h.lost.stale(c.Key, rec); stale {
+			// Our own late write after a takeover; the new owner repairs it
+			// while it holds the session, and if it ended it, so do we.
+			if ended {
+				h.endStale(c.Key)
+			}
+			return
+		}
+	}
+	h.lost.saw(c.Key, rec, h.id)
 	switch {
 	case o == nil:
 		// Not ours. A copy this broker still holds of the session (an
@@ -543,19 +572,39 @@ func (h *sessionHook) onChange(c state.Change) {
 	case rec != nil && rec.Owner == h.id && rec.Epoch == epoch:
 		// our own write, read back
 	case rec != nil && rec.Epoch > epoch:
-		h.mu.Lock()
-		if h.owned[c.Key] == o {
-			delete(h.owned, c.Key)
-		}
-		h.mu.Unlock()
-		h.metrics.takenOver.Inc()
-		h.log.Debug("session taken over by a newer connection", "client", c.Key, "owner", rec.Owner, "epoch", rec.Epoch)
-		h.dropLocal(c.Key, o.cl, true)
+		h.takenOver(o, rec)
 	default:
 		// A former owner's write (lower epoch, or its tombstone) landed
 		// after our claim: ours again.
 		go h.repair(o)
 	}
+}
+
+// takenOver forgets o: a newer connection claimed its session (rec).
+func (h *sessionHook) takenOver(o *ownedSession, rec *state.Session) {
+	h.mu.Lock()
+	if h.owned[rec.Client] == o {
+		delete(h.owned, rec.Client)
+	}
+	h.mu.Unlock()
+	h.lost.lost(rec.Client, rec.Epoch, time.Now())
+	h.metrics.takenOver.Inc()
+	h.log.Debug("session taken over by a newer connection", "client", rec.Client, "owner", rec.Owner, "epoch", rec.Epoch)
+	h.dropLocal(rec.Client, o.cl, true)
+}
+
+// endStale deletes again a session its new owner ended, which a late write
+// of this instance brought back (lostSessions).
+func (h *sessionHook) endStale(id string) {
+	h.table.WriteAsync(id, nil, func(err error) {
+		if err != nil {
+			h.metrics.writes.WithLabelValues("error").Inc()
+			h.logs.Warn("stale:"+id, "could not delete a late write of an ended session", "client", id, "err", err)
+			return
+		}
+		h.metrics.writes.WithLabelValues("ok").Inc()
+		h.metrics.repaired.Inc()
+	})
 }
 
 // checkpointEvery is how often a connected persistent session's positions
@@ -577,6 +626,7 @@ func (h *sessionHook) checkpoints(stop <-chan struct{}) {
 			return
 		case <-t.C:
 		}
+		h.lost.forget(time.Now())
 		h.mu.Lock()
 		var due []*ownedSession
 		stale := 0
@@ -667,6 +717,11 @@ func (h *sessionHook) lookup(id string) *state.Session {
 	if err != nil {
 		h.logs.Warn("decode:"+id, "unreadable session record: starting a new session", "client", id, "err", err)
 		return nil
+	}
+	if rec.Owner == h.id {
+		if stale, ended := h.lost.stale(id, rec); stale && ended {
+			return nil // our late write of a session ended since (onChange deletes it)
+		}
 	}
 	return rec
 }

@@ -4,13 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/mochi-mqtt/server/v2/packets"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
 	pahov3 "github.com/eclipse/paho.mqtt.golang"
+	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -54,6 +55,17 @@ func stateModes(t *testing.T, f func(t *testing.T, a, b Config)) {
 // returns each key's last value (nil: deleted).
 func readTable(t testing.TB, brokers []string, topic string) map[string][]byte {
 	t.Helper()
+	out := map[string][]byte{}
+	for k, vs := range readLog(t, brokers, topic) {
+		out[k] = vs[len(vs)-1]
+	}
+	return out
+}
+
+// readLog reads a state topic from its start to its end offsets now and
+// returns each key's values in log order (nil: a tombstone).
+func readLog(t testing.TB, brokers []string, topic string) map[string][][]byte {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
@@ -72,14 +84,14 @@ func readTable(t testing.TB, brokers []string, topic string) map[string][]byte {
 			want[o.Partition] = o.Offset
 		}
 	})
-	out := map[string][]byte{}
+	out := map[string][][]byte{}
 	for len(want) > 0 {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
 			t.Fatalf("reading %s: still waiting for %v", topic, want)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			out[string(r.Key)] = r.Value
+			out[string(r.Key)] = append(out[string(r.Key)], r.Value)
 			if r.Offset+1 >= want[r.Partition] {
 				delete(want, r.Partition)
 			}
@@ -283,6 +295,83 @@ func TestCleanStartEndsSessionEverywhere(t *testing.T) {
 		defer again.Disconnect(100)
 		if tok.(*pahov3.ConnectToken).SessionPresent() {
 			t.Fatal("Session Present 1 after a clean session ended it on another instance")
+		}
+	})
+}
+
+// TestLateWriteOfFormerOwnerDoesNotReviveEndedSession: the owner's
+// disconnect record passes its ownership check, then a clean connect of the
+// id on another instance claims and ends the session, and only then does
+// the owner's write land. The session stays ended: a resume gets Session
+// Present 0 on either instance, and the late record is deleted again.
+// (Before, the former owner's record outlived the tombstone: the clean
+// start was undone; TestCleanStartEndsSessionEverywhere failed so now and
+// then on a loaded machine.)
+func TestLateWriteOfFormerOwnerDoesNotReviveEndedSession(t *testing.T) {
+	stateModes(t, func(t *testing.T, ca, cb Config) {
+		a, b := startBridge(t, ca), startBridge(t, cb)
+		id := "late-" + randHex(4)
+		held, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		a.sessionHook.mu.Lock()
+		a.sessionHook.beforeWrite = func(r *state.Session) {
+			if r.Client == id && !r.Connected {
+				once.Do(func() { close(held); <-release })
+			}
+		}
+		a.sessionHook.mu.Unlock()
+		c := connectPaho(t, a.MQTTAddr(), id, func(o *pahov3.ClientOptions) { o.SetCleanSession(false) })
+		if tok := c.Subscribe("x/"+id, 1, nil); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+			t.Fatalf("subscribe: %v", tok.Error())
+		}
+		c.Disconnect(100)
+		select {
+		case <-held:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the owner's disconnect record was never written")
+		}
+		clean := connectPaho(t, b.MQTTAddr(), id)
+		clean.Disconnect(100)
+		waitFor(t, 20*time.Second, "the clean session's end in the table", func() bool {
+			v, ok := readTable(t, ca.Kafka.Brokers, ca.State.SessionsTopic)[id]
+			return ok && v == nil
+		})
+		waitFor(t, 10*time.Second, "the former owner reads the takeover", func() bool {
+			return metricValue(t, a, "ferry_sessions_taken_over_total", nil) >= 1
+		})
+		close(release)
+		waitFor(t, 20*time.Second, "the former owner's late record in the log after the end", func() bool {
+			vs := readLog(t, ca.Kafka.Brokers, ca.State.SessionsTopic)[id]
+			for i, v := range vs {
+				if v == nil {
+					for _, w := range vs[i+1:] {
+						if r, err := state.DecodeSession(w); err == nil && r.Owner == a.InstanceID() && !r.Connected {
+							return true
+						}
+					}
+				}
+			}
+			return false
+		})
+		for _, br := range []*Bridge{a, b} {
+			again := pahov3.NewClient(pahov3.NewClientOptions().AddBroker("tcp://" + br.MQTTAddr()).SetClientID(id).
+				SetCleanSession(false).SetAutoReconnect(false))
+			tok := again.Connect()
+			if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+				t.Fatalf("reconnect: %v", tok.Error())
+			}
+			present := tok.(*pahov3.ConnectToken).SessionPresent()
+			again.Disconnect(100)
+			if present {
+				t.Fatalf("Session Present 1 on %s: a late write of the former owner revived a session a clean start ended", br.InstanceID())
+			}
+			// Each probe made a session of its own: end it for the next.
+			end := connectPaho(t, br.MQTTAddr(), id)
+			end.Disconnect(100)
+			waitFor(t, 20*time.Second, "the probe's session ended", func() bool {
+				v, ok := readTable(t, ca.Kafka.Brokers, ca.State.SessionsTopic)[id]
+				return ok && v == nil
+			})
 		}
 	})
 }

@@ -17,8 +17,9 @@
 //     sees the latest write of any instance.
 //   - Order: the table applies records in log order, the order compaction
 //     keeps. What a value means (an epoch that fences a stale owner, for
-//     one) is the caller's; Watch shows every record as it is read, so a
-//     caller can repair a stale write it sees.
+//     one) is the caller's; the watcher sees every record as it is read,
+//     those this instance's own later write already superseded too (marked
+//     Superseded), so a caller can repair a stale write it sees.
 //
 // Session records (Session) live in one table, retained messages in
 // another; the bridge package attaches both to the MQTT broker.

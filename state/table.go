@@ -34,6 +34,12 @@ type Change struct {
 	Key    string
 	Value  []byte // nil: deleted (tombstone)
 	Offset int64
+	// Superseded marks a record older than a write of this instance that
+	// the table already holds for the key (applied at its acknowledgement,
+	// before the reader got here): the table did not apply it, but a
+	// watcher still learns that it was written (another owner's claim that
+	// landed before this instance's own write, for one).
+	Superseded bool
 }
 
 // Table is a compacted Kafka topic read into memory. See the package doc
@@ -218,8 +224,8 @@ func (t *Table) read() {
 			}
 			t.mu.Lock()
 			for _, r := range p.Records {
-				if t.apply(r) && t.watch != nil {
-					changes = append(changes, Change{Key: string(r.Key), Value: r.Value, Offset: r.Offset})
+				if applied := t.apply(r); t.watch != nil {
+					changes = append(changes, Change{Key: string(r.Key), Value: r.Value, Offset: r.Offset, Superseded: !applied})
 				}
 			}
 			t.pos[p.Partition] = p.Records[len(p.Records)-1].Offset + 1

@@ -119,3 +119,44 @@ func TestTableLoadsOnOpenAndKeepsEmptyApartFromDeleted(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestTableWatcherSeesRecordsSupersededByOwnWrite: a record another table
+// wrote before this one's own write of the key, but read only after that
+// write was acknowledged (and applied at once), is not applied, yet the
+// watcher sees it, marked Superseded. A session owner learns so that a
+// newer owner claimed the session before its own late write.
+func TestTableWatcherSeesRecordsSupersededByOwnWrite(t *testing.T) {
+	brokers := newCluster(t)
+	other := openTable(t, brokers, nil)
+	var mu sync.Mutex
+	var seen []Change
+	own := openTable(t, brokers, func(c Change) { mu.Lock(); seen = append(seen, c); mu.Unlock() })
+	ctx := context.Background()
+	own.cl.PauseFetchTopics(own.cfg.Topic) // the reader lags behind both writes
+	if err := other.Put(ctx, "k", []byte("claim")); err != nil {
+		t.Fatal(err)
+	}
+	if err := own.Put(ctx, "k", []byte("late")); err != nil {
+		t.Fatal(err)
+	}
+	own.cl.ResumeFetchTopics(own.cfg.Topic)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		got := append([]Change(nil), seen...)
+		mu.Unlock()
+		if len(got) == 2 {
+			if string(got[0].Value) != "claim" || !got[0].Superseded || string(got[1].Value) != "late" || got[1].Superseded {
+				t.Fatalf("watcher saw %+v, want the other's claim (superseded), then the own write", got)
+			}
+			break
+		}
+		if len(got) > 2 || time.Now().After(deadline) {
+			t.Fatalf("watcher saw %d changes %+v, want 2: the other's claim, superseded by the own write, and that write", len(got), got)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if v, _ := own.Get("k"); string(v) != "late" {
+		t.Fatalf("table holds %q, want the own later write", v)
+	}
+}
