@@ -68,6 +68,13 @@ func (r *retainedState) apply(topic string, v []byte) bool {
 	pk := rv.Msg.ToPacket()
 	pk.Expiry, pk.ProtocolVersion = rv.Expiry, rv.ProtocolVersion
 	pk.FixedHeader.Retain = true
+	if pk.Created == 0 {
+		// mochi removes a retained message older than the maximum message
+		// expiry every second, and a creation time of 0 is 56 years old:
+		// a record written without one (the reverse path's before) would
+		// vanish from the broker a second after it arrived.
+		pk.Created = time.Now().Unix()
+	}
 	if len(pk.Payload) == 0 {
 		return false
 	}
@@ -83,6 +90,9 @@ func (r *retainedState) write(client string, pk *packets.Packet, done func(error
 	var v []byte
 	if len(pk.Payload) > 0 {
 		rv := retainedValue{Msg: *toStored(client, *pk), Expiry: pk.Expiry, ProtocolVersion: pk.ProtocolVersion}
+		if rv.Msg.Created == 0 {
+			rv.Msg.Created = time.Now().Unix() // see apply
+		}
 		rv.Msg.FixedHeader.Retain = true
 		rv.Msg.PacketID = 0
 		var err error

@@ -254,7 +254,13 @@ func (r *reverse) handle(ctx context.Context, rec *kgo.Record) bool {
 			return false
 		}
 	}
-	if pk.FixedHeader.Retain && !r.writeRetained(ctx, &pk) {
+	// One writer per retained message: a record another Ferry instance's
+	// forward path marked retained was written to the retained table by that
+	// instance before its PUBACK (instances of one deployment share the
+	// table); writing it again from here would replace its record with a copy
+	// that lost the publisher's fields.
+	fromPeer := std.Origin != "" && std.HasRetain && std.Retain
+	if pk.FixedHeader.Retain && !fromPeer && !r.writeRetained(ctx, &pk) {
 		return false
 	}
 	refused := atomic.LoadInt64(&r.server.Info.InflightDropped)

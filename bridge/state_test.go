@@ -11,6 +11,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 	pahov3 "github.com/eclipse/paho.mqtt.golang"
+	"github.com/mochi-mqtt/server/v2/hooks/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -237,6 +238,88 @@ func TestRetainedSharedAcrossInstances(t *testing.T) {
 			return !ok
 		})
 	})
+}
+
+// TestRetainedFromPeerWrittenOnce: a retained QoS 1 publish on b to a topic
+// whose Kafka topic is also a reverse topic of a and b reaches a through its
+// reverse path, which leaves the retained table alone: b wrote the record
+// before its PUBACK, and one writer per retained message keeps it whole.
+// (Before, a wrote it again without the publisher's fields and with a
+// creation time of 0, which mochi's expiry sweep took for 56 years old: the
+// message vanished from every instance a second later.)
+func TestRetainedFromPeerWrittenOnce(t *testing.T) {
+	stateModes(t, func(t *testing.T, ca, cb Config) {
+		k, m := revTopic(t, "retpeer")
+		for _, c := range []*Config{&ca, &cb} {
+			c.Reverse.Topics, c.Reverse.StartOffset = []string{k}, "earliest"
+		}
+		adm, err := kgo.NewClient(kgo.SeedBrokers(ca.Kafka.Brokers...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer adm.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := kadm.NewClient(adm).CreateTopic(ctx, 1, 1, nil, k); err != nil {
+			t.Fatal(err)
+		}
+		a, b := startBridge(t, ca), startBridge(t, cb)
+		pubID := "pub-" + randHex(4)
+		pub := connectPaho(t, b.MQTTAddr(), pubID)
+		if tok := pub.Publish(m, 1, true, "v1"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish: %v", tok.Error())
+		}
+		waitFor(t, 20*time.Second, "a's reverse path handled b's record", func() bool {
+			return metricValue(t, a, "ferry_reverse_published_total", nil) >= 1
+		})
+		vs := readLog(t, ca.Kafka.Brokers, ca.State.RetainedTopic)[m]
+		if len(vs) != 1 {
+			t.Fatalf("the retained topic holds %d records for %s, want b's alone: %q", len(vs), m, vs)
+		}
+		var rv retainedValue
+		if err := json.Unmarshal(vs[0], &rv); err != nil || rv.Msg.Client != pubID || rv.Msg.Created == 0 || string(rv.Msg.Payload) != "v1" {
+			t.Fatalf("retained record %s (%v): want the publisher's, with its creation time", vs[0], err)
+		}
+		for _, br := range []*Bridge{a, b} {
+			pk, ok := br.server.Topics.Retained.Get(m)
+			if !ok || pk.Created == 0 {
+				t.Fatalf("%s: retained message %+v (present %v): a creation time of 0 is expired at mochi's next sweep", br.InstanceID(), pk, ok)
+			}
+		}
+	})
+}
+
+// TestRetainedWithoutCreationTimeStays: a retained record without a creation
+// time (as earlier versions' reverse path wrote them) gets one when it is
+// read, so that mochi's expiry sweep does not take it for 56 years old.
+func TestRetainedWithoutCreationTimeStays(t *testing.T) {
+	fake, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	cfg := testConfig(strings.Join(fake.ListenAddrs(), ","))
+	b := startBridge(t, cfg)
+	topic := "cfg/" + randHex(4)
+	v, _ := json.Marshal(&retainedValue{Msg: storage.Message{TopicName: topic, Payload: []byte("old"),
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Retain: true}}})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Kafka.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: cfg.State.RetainedTopic, Key: []byte(topic), Value: v}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the retained record applied", func() bool {
+		_, ok := b.server.Topics.Retained.Get(topic)
+		return ok
+	})
+	if pk, _ := b.server.Topics.Retained.Get(topic); pk.Created == 0 {
+		t.Fatalf("retained message applied with a creation time of 0 (%+v): mochi's sweep removes it within a second", pk)
+	}
 }
 
 // TestSessionStaleWriteRepaired: a record of a former owner (lower epoch)
