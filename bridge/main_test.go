@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
+
+	"github.com/ferry-bridge/ferry/internal/kafkatest"
 )
 
 // childEnv makes the test binary act as a bridge process (for kill -9 tests):
@@ -24,7 +27,15 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runChild())
 	}
-	os.Exit(m.Run())
+	flag.Parse()
+	// The tests that stop, kill or pause a Kafka of their own: their brokers
+	// start in the background now instead of at each test (5-30 s each).
+	spares := kafkatest.StartSparesFor("TestKafkaKilledMidStream", "TestGracefulShutdownDrains", "TestRingFullKafkaPaused")
+	code := m.Run()
+	if err := spares.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
 }
 
 func runChild() int {

@@ -171,8 +171,11 @@ func TestKafkaToMQTTDelayFloor(t *testing.T) {
 	if kafka.Counts.Received != 100 || !kafka.Available || bridge.Counts.Received != 100 || !bridge.Available {
 		t.Fatalf("kafka row %+v\nbridge row %+v", kafka, bridge)
 	}
-	if bridge.Figures.P50 < 5 || kafka.Figures.P50 >= 5 {
-		t.Fatalf("bridge p50 %.3f ms (want >= the injected 5), kafka p50 %.3f ms (want < 5)", bridge.Figures.P50, kafka.Figures.P50)
+	// Every bridge sample holds the 5 ms; at least one Kafka sample is
+	// shorter (a probe that put the hop into the Kafka leg has none). Not
+	// the Kafka p50: on a loaded 2-core machine it reached 16 ms.
+	if bridge.Figures.Min < 5 || kafka.Figures.Min >= 5 {
+		t.Fatalf("bridge min %.3f ms (want >= the injected 5), kafka min %.3f ms (want < 5)", bridge.Figures.Min, kafka.Figures.Min)
 	}
 	// One clock: per message e2e = kafka + bridge, so the averages add up,
 	// to the histograms' resolution (3 significant digits: a few µs at a

@@ -2,6 +2,7 @@ package kafkatest
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,13 +18,18 @@ type Broker struct {
 	tb     testing.TB
 	Addr   string
 	script string
+	state  string
 	env    []string
 }
 
 // StartBroker starts a dedicated single-node broker and stops it when the
-// test ends. It takes 5-30 s: use it only for fault tests.
+// test ends. It takes 5-30 s (none when a spare is ready: StartSpares):
+// use it only for fault tests.
 func StartBroker(tb testing.TB) *Broker {
 	tb.Helper()
+	if b := takeSpare(tb); b != nil {
+		return b
+	}
 	b := NewBroker(tb, "")
 	b.Addr = b.Up()
 	return b
@@ -33,40 +39,59 @@ func StartBroker(tb testing.TB) *Broker {
 // without starting it: Up starts it. It is stopped when the test ends.
 func NewBroker(tb testing.TB, port string) *Broker {
 	tb.Helper()
-	root, err := repoRoot()
+	b, err := newBroker(port)
 	if err != nil {
 		tb.Fatalf("kafkatest: %v", err)
+	}
+	b.own(tb)
+	return b
+}
+
+// newBroker prepares a broker in a state directory of its own.
+func newBroker(port string) (*Broker, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return nil, err
 	}
 	state, err := os.MkdirTemp("", "ferry-kafka-state-")
 	if err != nil {
-		tb.Fatalf("kafkatest: %v", err)
+		return nil, err
 	}
-	b := &Broker{tb: tb, script: filepath.Join(root, "scripts", "kafka.sh"),
+	b := &Broker{state: state, script: filepath.Join(root, "scripts", "kafka.sh"),
 		env: append(os.Environ(), "KAFKA_STATE_DIR="+state, "KAFKA_HEAP=256m", "KAFKA_READY_TIMEOUT=120")}
 	if port != "" {
 		b.env = append(b.env, "KAFKA_PORT="+port)
 	}
+	return b, nil
+}
+
+// own makes b tb's: stopped, and its state removed, when the test ends.
+func (b *Broker) own(tb testing.TB) {
+	b.tb = tb
 	tb.Cleanup(func() {
-		// Killed, not stopped: its data goes anyway, and a graceful stop
-		// takes seconds.
-		b.env = append(b.env, "KAFKA_STOP_TIMEOUT=0")
-		b.run("down")
+		if err := b.stop(); err != nil {
+			tb.Logf("kafkatest: %v", err)
+		}
 		if tb.Failed() {
-			tb.Logf("dedicated broker log kept at %s/broker.log", state)
+			tb.Logf("dedicated broker log kept at %s/broker.log", b.state)
 			return
 		}
-		os.RemoveAll(state)
+		os.RemoveAll(b.state)
 	})
-	return b
+}
+
+// stop kills the broker: its data goes anyway, and a graceful stop takes
+// seconds.
+func (b *Broker) stop() error {
+	_, err := b.exec("down", "KAFKA_STOP_TIMEOUT=0")
+	return err
 }
 
 // Up starts the broker (again after Kill, with its data) and returns its address.
 func (b *Broker) Up() string {
 	b.tb.Helper()
 	start := time.Now()
-	out := b.run("up")
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	addr := strings.TrimSpace(lines[len(lines)-1])
+	addr := lastLine(b.run("up"))
 	b.tb.Logf("dedicated kafka up at %s in %s", addr, time.Since(start).Round(100*time.Millisecond))
 	return addr
 }
@@ -82,14 +107,29 @@ func (b *Broker) Resume() { b.tb.Helper(); b.run("resume") }
 
 func (b *Broker) run(cmd string) string {
 	b.tb.Helper()
+	out, err := b.exec(cmd)
+	if err != nil {
+		b.tb.Fatal(err)
+	}
+	return out
+}
+
+// exec runs scripts/kafka.sh cmd for b, with extra environment.
+func (b *Broker) exec(cmd string, env ...string) (string, error) {
 	c := exec.Command("bash", b.script, cmd)
-	c.Env = b.env
+	c.Env = append(append([]string(nil), b.env...), env...)
 	var stdout, stderr bytes.Buffer
 	c.Stdout, c.Stderr = &stdout, &stderr
 	if err := c.Run(); err != nil {
-		b.tb.Fatalf("scripts/kafka.sh %s: %v\n%s%s", cmd, err, stdout.String(), stderr.String())
+		return "", fmt.Errorf("scripts/kafka.sh %s: %w\n%s%s", cmd, err, stdout.String(), stderr.String())
 	}
-	return stdout.String()
+	return stdout.String(), nil
+}
+
+// lastLine is the address kafka.sh up prints last.
+func lastLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
 }
 
 func repoRoot() (string, error) {

@@ -1,0 +1,164 @@
+package kafkatest
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Spares are dedicated brokers started in the background when a test binary
+// starts (StartSpares in TestMain), so that a fault test's StartBroker finds
+// one up instead of waiting 5-30 s for a JVM: their start overlaps the
+// tests before them, which mostly wait on the network.
+type Spares struct {
+	mu      sync.Mutex
+	pending []*spare
+}
+
+// spare is one broker being started; ready is closed once up (or failed).
+type spare struct {
+	b     *Broker
+	err   error
+	took  time.Duration
+	ready chan struct{}
+}
+
+// spares is the test binary's pool: TestMain's, read by StartBroker. A test
+// binary is one process and TestMain runs once, before any test.
+var spares *Spares
+
+// StartSpares starts n dedicated brokers in the background for the test
+// binary's StartBroker calls (n: how many of its tests call it). Call it
+// from TestMain before m.Run and Close the result after: unused spares are
+// stopped. FERRY_TEST_SPARES=0 turns it off (each StartBroker starts its
+// own, as before).
+func StartSpares(n int) *Spares {
+	s := &Spares{}
+	if os.Getenv("FERRY_TEST_SPARES") == "0" || os.Getenv(EnvVar) == "" {
+		return s
+	}
+	for range n {
+		sp := &spare{ready: make(chan struct{})}
+		s.pending = append(s.pending, sp)
+		go func() {
+			defer close(sp.ready)
+			start := time.Now()
+			// Ports of its own: kafka.sh's defaults (9092/9093 if free) race
+			// between brokers starting at once.
+			b, err := newBroker("")
+			if err == nil {
+				var ports []string
+				if ports, err = freePorts(2); err == nil {
+					b.env = append(b.env, "KAFKA_PORT="+ports[0], "KAFKA_CONTROLLER_PORT="+ports[1])
+				}
+			}
+			if err == nil {
+				var out string
+				if out, err = b.exec("up"); err == nil {
+					b.Addr = lastLine(out)
+				}
+			}
+			sp.b, sp.err, sp.took = b, err, time.Since(start)
+		}()
+	}
+	spares = s
+	return s
+}
+
+// StartSparesFor starts a spare for each of tests (the names of the test
+// binary's tests that call StartBroker) that the -test.run pattern selects:
+// a run of a few other tests starts none. Call flag.Parse first.
+func StartSparesFor(tests ...string) *Spares {
+	n := len(tests)
+	if f := flag.Lookup("test.run"); f != nil && f.Value.String() != "" {
+		top, _, _ := strings.Cut(f.Value.String(), "/")
+		re, err := regexp.Compile(top)
+		if err != nil {
+			return &Spares{}
+		}
+		n = 0
+		for _, t := range tests {
+			if re.MatchString(t) {
+				n++
+			}
+		}
+	}
+	return StartSpares(n)
+}
+
+// take returns the next spare once it is up (nil: none left, or it failed).
+func (s *Spares) take(tb testing.TB) *Broker {
+	s.mu.Lock()
+	if len(s.pending) == 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	sp := s.pending[0]
+	s.pending = s.pending[1:]
+	s.mu.Unlock()
+	waited := time.Now()
+	<-sp.ready
+	if sp.err != nil {
+		tb.Logf("kafkatest: a spare broker did not start (%v): starting one", sp.err)
+		if sp.b != nil {
+			_ = sp.b.stop()
+			os.RemoveAll(sp.b.state)
+		}
+		return nil
+	}
+	sp.b.own(tb)
+	tb.Logf("dedicated kafka (a spare, up in %s; waited %s) at %s", sp.took.Round(100*time.Millisecond),
+		time.Since(waited).Round(100*time.Millisecond), sp.b.Addr)
+	return sp.b
+}
+
+// Close stops the spares no test took.
+func (s *Spares) Close() error {
+	s.mu.Lock()
+	left := s.pending
+	s.pending = nil
+	s.mu.Unlock()
+	var errs []error
+	for _, sp := range left {
+		<-sp.ready
+		if sp.b == nil {
+			continue
+		}
+		if err := sp.b.stop(); err != nil {
+			errs = append(errs, err)
+		}
+		os.RemoveAll(sp.b.state)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("kafkatest: stopping spares: %v", errs)
+	}
+	return nil
+}
+
+func takeSpare(tb testing.TB) *Broker {
+	if spares == nil {
+		return nil
+	}
+	return spares.take(tb)
+}
+
+// freePorts returns n distinct ports free on 127.0.0.1 now.
+func freePorts(n int) ([]string, error) {
+	var out []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		_, port, _ := net.SplitHostPort(l.Addr().String())
+		out = append(out, port)
+	}
+	return out, nil
+}
