@@ -171,11 +171,13 @@ func TestKafkaToMQTTDelayFloor(t *testing.T) {
 	if kafka.Counts.Received != 100 || !kafka.Available || bridge.Counts.Received != 100 || !bridge.Available {
 		t.Fatalf("kafka row %+v\nbridge row %+v", kafka, bridge)
 	}
-	// Every bridge sample holds the 5 ms; at least one Kafka sample is
-	// shorter (a probe that put the hop into the Kafka leg has none). Not
-	// the Kafka p50: on a loaded 2-core machine it reached 16 ms.
-	if bridge.Figures.Min < 5 || kafka.Figures.Min >= 5 {
-		t.Fatalf("bridge min %.3f ms (want >= the injected 5), kafka min %.3f ms (want < 5)", bridge.Figures.Min, kafka.Figures.Min)
+	// The bridge leg's median holds the 5 ms (a sample may be shorter: the
+	// hop's consumer can read a record before the probe's does); at least
+	// one Kafka sample is shorter than the hold (a probe that put the hop
+	// into the Kafka leg has none). Not the Kafka p50 under 5 ms: on a
+	// loaded 2-core machine it reached 16 ms.
+	if bridge.Figures.P50 < 5 || kafka.Figures.Min >= 5 {
+		t.Fatalf("bridge p50 %.3f ms (want >= the injected 5), kafka min %.3f ms (want < 5)", bridge.Figures.P50, kafka.Figures.Min)
 	}
 	// One clock: per message e2e = kafka + bridge, so the averages add up,
 	// to the histograms' resolution (3 significant digits: a few µs at a
