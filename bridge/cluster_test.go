@@ -1,13 +1,9 @@
 package bridge
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,49 +16,35 @@ import (
 // three Kafka JVMs takes 30-60 s on the 2-core CI machine. CI runs it.
 const clusterEnv = "FERRY_TEST_CLUSTER"
 
-// kafkaCluster is a 3-node KRaft cluster of one test's own, started with
-// `KAFKA_NODES=3 scripts/kafka.sh` in a state directory of its own.
+// kafkaCluster is a 3-node KRaft cluster of one test's own
+// (kafkatest.StartCluster: a spare started with the test binary when one
+// is ready).
 type kafkaCluster struct {
 	t     testing.TB
 	addrs string
-	env   []string
+	b     *kafkatest.Broker
+}
+
+// clusterTests are the tests that start a cluster, for TestMain's spares
+// (none when clusterEnv=0).
+func clusterTests() []string {
+	if os.Getenv(clusterEnv) == "0" || testing.Short() {
+		return nil
+	}
+	return []string{"TestThreeBrokersKillOne"}
 }
 
 func startCluster(t testing.TB) *kafkaCluster {
 	t.Helper()
-	state, err := os.MkdirTemp("", "ferry-kafka-cluster-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &kafkaCluster{t: t, env: append(os.Environ(), "KAFKA_NODES=3", "KAFKA_STATE_DIR="+state, "KAFKA_HEAP=256m", "KAFKA_READY_TIMEOUT=180")}
-	t.Cleanup(func() {
-		// Killed, not stopped: the data goes anyway, and three controlled
-		// shutdowns took 8 s.
-		c.env = append(c.env, "KAFKA_STOP_TIMEOUT=0")
-		c.run("down")
-		if t.Failed() {
-			t.Logf("cluster logs kept in %s/node*/broker.log", state)
-			return
-		}
-		os.RemoveAll(state)
-	})
 	start := time.Now()
-	out := strings.Split(strings.TrimSpace(c.run("up")), "\n")
-	c.addrs = strings.TrimSpace(out[len(out)-1])
-	t.Logf("3-broker cluster up at %s in %s", c.addrs, time.Since(start).Round(100*time.Millisecond))
-	return c
+	b := kafkatest.StartCluster(t, 3)
+	t.Logf("3-broker cluster up at %s in %s", b.Addr, time.Since(start).Round(100*time.Millisecond))
+	return &kafkaCluster{t: t, addrs: b.Addr, b: b}
 }
 
 func (c *kafkaCluster) run(args ...string) string {
 	c.t.Helper()
-	cmd := exec.Command("bash", append([]string{filepath.Join("..", "scripts", "kafka.sh")}, args...)...)
-	cmd.Env = c.env
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		c.t.Fatalf("scripts/kafka.sh %v: %v\n%s%s", args, err, stdout.String(), stderr.String())
-	}
-	return stdout.String()
+	return c.b.Run(args...)
 }
 
 // leader returns the node id leading partition 0 of topic and its replicas.

@@ -30,7 +30,9 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	// The tests that stop, kill or pause a Kafka of their own: their brokers
 	// start in the background now instead of at each test (5-30 s each).
-	spares := kafkatest.StartSparesFor("TestKafkaKilledMidStream", "TestGracefulShutdownDrains", "TestRingFullKafkaPaused")
+	spares := kafkatest.StartSparesFor(
+		[]string{"TestKafkaKilledMidStream", "TestGracefulShutdownDrains", "TestRingFullKafkaPaused"},
+		clusterTests())
 	code := m.Run()
 	if err := spares.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -19,6 +19,7 @@ type Broker struct {
 	Addr   string
 	script string
 	state  string
+	nodes  int // 0: one broker; else a cluster of that many (StartCluster)
 	env    []string
 }
 
@@ -47,6 +48,44 @@ func NewBroker(tb testing.TB, port string) *Broker {
 	return b
 }
 
+// StartCluster starts a dedicated KRaft cluster of nodes brokers
+// (KAFKA_NODES: replication factor 3, min.insync.replicas 2) and stops it
+// when the test ends; Addr is the bootstrap list and Run("kill", "2")
+// reaches one node. 30-60 s here, none when a spare is ready.
+func StartCluster(tb testing.TB, nodes int) *Broker {
+	tb.Helper()
+	if b := takeSpareCluster(tb, nodes); b != nil {
+		return b
+	}
+	b, err := newCluster(nodes)
+	if err != nil {
+		tb.Fatalf("kafkatest: %v", err)
+	}
+	b.own(tb)
+	b.Addr = b.Up()
+	return b
+}
+
+func newCluster(nodes int) (*Broker, error) {
+	b, err := newBroker("")
+	if err != nil {
+		return nil, err
+	}
+	b.nodes = nodes
+	b.env = append(b.env, fmt.Sprintf("KAFKA_NODES=%d", nodes), "KAFKA_READY_TIMEOUT=180")
+	return b, nil
+}
+
+// Run runs scripts/kafka.sh with args for b (e.g. "kill", "2").
+func (b *Broker) Run(args ...string) string {
+	b.tb.Helper()
+	out, err := b.exec(args...)
+	if err != nil {
+		b.tb.Fatal(err)
+	}
+	return out
+}
+
 // newBroker prepares a broker in a state directory of its own.
 func newBroker(port string) (*Broker, error) {
 	root, err := repoRoot()
@@ -73,7 +112,7 @@ func (b *Broker) own(tb testing.TB) {
 			tb.Logf("kafkatest: %v", err)
 		}
 		if tb.Failed() {
-			tb.Logf("dedicated broker log kept at %s/broker.log", b.state)
+			tb.Logf("dedicated broker logs kept in %s (broker.log, node*/broker.log)", b.state)
 			return
 		}
 		os.RemoveAll(b.state)
@@ -83,7 +122,7 @@ func (b *Broker) own(tb testing.TB) {
 // stop kills the broker: its data goes anyway, and a graceful stop takes
 // seconds.
 func (b *Broker) stop() error {
-	_, err := b.exec("down", "KAFKA_STOP_TIMEOUT=0")
+	_, err := b.execEnv([]string{"KAFKA_STOP_TIMEOUT=0"}, "down")
 	return err
 }
 
@@ -114,14 +153,19 @@ func (b *Broker) run(cmd string) string {
 	return out
 }
 
-// exec runs scripts/kafka.sh cmd for b, with extra environment.
-func (b *Broker) exec(cmd string, env ...string) (string, error) {
-	c := exec.Command("bash", b.script, cmd)
+// exec runs scripts/kafka.sh args for b.
+func (b *Broker) exec(args ...string) (string, error) {
+	return b.execEnv(nil, args...)
+}
+
+// execEnv runs scripts/kafka.sh args for b, with extra environment.
+func (b *Broker) execEnv(env []string, args ...string) (string, error) {
+	c := exec.Command("bash", append([]string{b.script}, args...)...)
 	c.Env = append(append([]string(nil), b.env...), env...)
 	var stdout, stderr bytes.Buffer
 	c.Stdout, c.Stderr = &stdout, &stderr
 	if err := c.Run(); err != nil {
-		return "", fmt.Errorf("scripts/kafka.sh %s: %w\n%s%s", cmd, err, stdout.String(), stderr.String())
+		return "", fmt.Errorf("scripts/kafka.sh %s: %w\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
 	}
 	return stdout.String(), nil
 }
