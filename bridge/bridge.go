@@ -58,6 +58,10 @@ type Bridge struct {
 	http        *httpServer
 	instance    *instanceCheck
 
+	// replaySlots is how many session replays run at once (0: maxReplays);
+	// tests set it before Run.
+	replaySlots int
+
 	brokers   []string
 	mqttAddrs map[string]string
 	kafka     *kafkaWatch
