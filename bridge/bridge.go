@@ -58,6 +58,10 @@ type Bridge struct {
 	http        *httpServer
 	instance    *instanceCheck
 
+	// replaySlots is how many session replays run at once (0: maxReplays);
+	// tests set it before Run.
+	replaySlots int
+
 	brokers   []string
 	mqttAddrs map[string]string
 	kafka     *kafkaWatch
@@ -223,7 +227,20 @@ func (b *Bridge) start(ctx context.Context) error {
 	b.watchDone = make(chan struct{})
 	go func() {
 		defer close(b.watchDone)
+		// Once Kafka answers: a warning when the topics Ferry creates would
+		// keep one copy on a cluster of several brokers (replication.go).
+		// Not for the embedded Kafka, one broker by design.
+		var checked sync.WaitGroup
+		if b.embedded == nil {
+			rc := &replicationCheck{log: b.log, client: b.kclient, configured: b.cfg.Kafka.ReplicationFactor, retry: time.Second}
+			checked.Add(1)
+			go func() {
+				defer checked.Done()
+				rc.run(watchCtx)
+			}()
+		}
 		b.kafka.run(watchCtx, b.kclient)
+		checked.Wait()
 	}()
 
 	b.server = mqtt.New(b.mochiOptions())

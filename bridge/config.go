@@ -3,6 +3,7 @@ package bridge
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"regexp"
@@ -171,8 +172,10 @@ type KafkaConfig struct {
 	MaxBatchBytes int `mapstructure:"max_batch_bytes" yaml:"max_batch_bytes"`
 	// Compression: none, gzip, snappy, lz4, zstd. Default: none.
 	Compression string `mapstructure:"compression" yaml:"compression"`
-	// Partitions and ReplicationFactor apply to topics Ferry creates.
-	// Defaults: 1 and 1.
+	// Partitions and ReplicationFactor apply to topics Ferry creates (its
+	// data topics, the state topics, _ferry_instances). ReplicationFactor
+	// -1 leaves it to the cluster: each broker's default.replication.factor
+	// (Kafka 2.4+); 1 keeps one copy, on one broker. Defaults: 1 and -1.
 	Partitions        int `mapstructure:"partitions" yaml:"partitions"`
 	ReplicationFactor int `mapstructure:"replication_factor" yaml:"replication_factor"`
 	// MaxCreatedTopics caps how many topics one instance creates (protection
@@ -266,6 +269,12 @@ type LogConfig struct {
 	Format string `mapstructure:"format" yaml:"format"`
 }
 
+// clusterReplicationFactor as kafka.replication_factor (the default) creates
+// topics with the cluster's own replication factor: Kafka applies its
+// brokers' default.replication.factor to a CreateTopics request whose
+// replication factor is -1 (CreateTopics v4+, Kafka 2.4+).
+const clusterReplicationFactor = -1
+
 // DefaultConfig returns the configuration used where nothing else is given.
 func DefaultConfig() Config {
 	host, err := os.Hostname()
@@ -289,7 +298,7 @@ func DefaultConfig() Config {
 			MaxBatchBytes:     1 << 20,
 			Compression:       "none",
 			Partitions:        1,
-			ReplicationFactor: 1,
+			ReplicationFactor: clusterReplicationFactor,
 			MaxCreatedTopics:  1000,
 		},
 		Ring:    RingConfig{Capacity: 1 << 16, QoS0Policy: "drop-newest"},
@@ -402,8 +411,8 @@ func (c Config) Validate() error {
 	if c.Kafka.Partitions < 1 {
 		bad("kafka.partitions", c.Kafka.Partitions, "must be at least 1")
 	}
-	if c.Kafka.ReplicationFactor < 1 {
-		bad("kafka.replication_factor", c.Kafka.ReplicationFactor, "must be at least 1")
+	if rf := c.Kafka.ReplicationFactor; rf != clusterReplicationFactor && (rf < 1 || rf > math.MaxInt16) {
+		bad("kafka.replication_factor", rf, "must be -1 (the cluster's default.replication.factor) or 1..%d", math.MaxInt16)
 	}
 	for _, st := range []struct{ key, topic string }{{"state.sessions_topic", c.State.SessionsTopic}, {"state.retained_topic", c.State.RetainedTopic}} {
 		if err := topicmap.ValidKafkaTopic(st.topic); err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -238,6 +239,31 @@ func TestAcksNoneRefusedOneWarns(t *testing.T) {
 		}
 		if warned != (acks == "one") {
 			t.Fatalf("acks=%s: warning logged = %v; logs: %q", acks, warned, h.snapshot())
+		}
+	}
+}
+
+// TestReplicationFactorValues: kafka.replication_factor defaults to -1
+// (the cluster's default.replication.factor), takes -1 and 1..32767 from a
+// file, and refuses anything else with an error naming the key.
+func TestReplicationFactorValues(t *testing.T) {
+	if rf := DefaultConfig().Kafka.ReplicationFactor; rf != -1 {
+		t.Fatalf("default kafka.replication_factor = %d, want -1 (the cluster's default)", rf)
+	}
+	for _, rf := range []string{"-1", "1", "3", "32767"} {
+		cfg, err := loadWith(t, "kafka:\n  replication_factor: "+rf+"\n")
+		if err != nil {
+			t.Fatalf("replication_factor %s: %v", rf, err)
+		}
+		if got := cfg.Kafka.ReplicationFactor; strconv.Itoa(got) != rf {
+			t.Fatalf("replication_factor %s loaded as %d", rf, got)
+		}
+	}
+	for _, rf := range []string{"0", "-2", "32768"} {
+		_, err := loadWith(t, "kafka:\n  replication_factor: "+rf+"\n")
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Key != "kafka.replication_factor" || !strings.Contains(err.Error(), rf) || !strings.Contains(fe.Reason, "-1") {
+			t.Fatalf("replication_factor %s: got %v, want a FieldError for kafka.replication_factor naming the value and -1", rf, err)
 		}
 	}
 }

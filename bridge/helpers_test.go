@@ -80,13 +80,17 @@ func useStateEnv(t testing.TB, cfg *Config) {
 	}
 }
 
-// startBridge runs a bridge until the test ends.
-func startBridge(t testing.TB, cfg Config) *Bridge {
+// startBridge runs a bridge until the test ends; each of before may set its
+// internals between New and Run.
+func startBridge(t testing.TB, cfg Config, before ...func(*Bridge)) *Bridge {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	b, err := New(cfg, testLogger(t), reg)
 	if err != nil {
 		t.Fatalf("bridge.New: %v", err)
+	}
+	for _, f := range before { // internals a test sets before Run
+		f(b)
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- b.Run(context.Background()) }()

@@ -155,6 +155,17 @@ func (p *sessionPositions) replayAction(c coord) (pid uint16, resend, skip bool)
 	return 0, false, false
 }
 
+// keepResend undoes replayAction's resend of the message at c under pid:
+// the replay stopped before writing it (it yields its slot, replay.go) and
+// meets it again.
+func (p *sessionPositions) keepResend(c coord, pid uint16) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if q, ok := p.pending[pid]; ok && q == c {
+		p.resend[c] = pid
+	}
+}
+
 // reserved reports whether pid must not be given to a new delivery yet.
 func (p *sessionPositions) reserved(pid uint16) bool {
 	p.mu.Lock()

@@ -243,3 +243,31 @@ func TestPositionStopsAtOwnRecordAwaitingLocalDelivery(t *testing.T) {
 		t.Fatalf("reverse limit %d after the local delivery, want 12", next)
 	}
 }
+
+// TestYieldedResendIsResentAgain: a replay that meets a pending delivery to
+// resend (it came from the session's record) and then gives its slot up
+// before writing it (its client's window stayed full: replay.go yield)
+// puts the resend back: when it reads the record again it resends it
+// under the same packet id, which stays reserved meanwhile, rather than
+// delivering it anew while the record still lists that id as pending.
+func TestYieldedResendIsResentAgain(t *testing.T) {
+	c := coord{"k", 0, 7}
+	p := newSessionPositions([]state.Position{{Topic: "k", Partition: 0, Offset: 7}},
+		[]state.Pending{{PacketID: 9, Topic: "k", Partition: 0, Offset: 7}}, 0, nil)
+	pid, resend, skip := p.replayAction(c)
+	if pid != 9 || !resend || skip {
+		t.Fatalf("first meeting: pid %d resend %v skip %v, want a resend under 9", pid, resend, skip)
+	}
+	p.keepResend(c, pid)
+	if !p.reserved(9) {
+		t.Fatal("packet id 9 free for a new delivery while its resend waits")
+	}
+	if pid, resend, skip := p.replayAction(c); pid != 9 || !resend || skip {
+		t.Fatalf("after the yield: pid %d resend %v skip %v, want the resend under 9 again", pid, resend, skip)
+	}
+	// Another record's coordinate under that id is not a resend of c.
+	p.keepResend(coord{"k", 0, 8}, 9)
+	if _, resend, _ := p.replayAction(coord{"k", 0, 8}); resend {
+		t.Fatal("offset 8 resent under packet id 9, which is pending for offset 7")
+	}
+}

@@ -39,7 +39,15 @@ import (
 // instance died waits its turn instead of opening thousands of readers),
 // each with its own short-lived franz-go client reading only its
 // partitions, fetching at most replayFetchBytes at once; they share one
-// listing of the cluster's topics (replay_topics.go).
+// listing of the cluster's topics (replay_topics.go). A running replay
+// holds a slot of replayer.slots. One whose client's window stays full
+// (its client does not acknowledge: a stuck device) gives the slot up to a
+// replay that waits for one once it has waited replaySlotPatience: it
+// closes its Kafka client, drops what it fetched and did not write, waits
+// for its window without a slot, takes one again and reads on from the
+// first record it did not hand out (yield). Forty clients that never
+// acknowledged took all 32 slots for good, and every later resume on the
+// instance waited (issue 31).
 type replayer struct {
 	h    *sessionHook
 	log  *slog.Logger
@@ -55,6 +63,7 @@ type replayer struct {
 	isReverse func(kafkaTopic string) bool // among reverse.topics
 	order     *inflightOrder               // numbers what a replay puts in flight
 	slots     chan struct{}
+	waiting   atomic.Int32 // replays waiting to take a slot (acquire)
 	metrics   *stateMetrics
 	stop      <-chan struct{}
 	// maxQueued (state.max_queued) caps the new messages of the first
@@ -71,6 +80,22 @@ type replayer struct {
 // whole): 32 of them buffer about 32 MiB, less than 8 did with franz-go's
 // defaults (a 50 MiB fetch per broker).
 const maxReplays = 32
+
+// replaySlotPatience is how long a replay keeps its slot while its
+// client's window is full and another replay waits for a slot. A client
+// that acknowledges answers within a round trip: its replay keeps its
+// slot (and its Kafka client) through the waits.
+const replaySlotPatience = time.Second
+
+// replayYieldPoll bounds how often a replay without a slot looks at its
+// client's window (it starts at a millisecond and doubles up to this): a
+// thousand stuck clients cost ten thousand cheap looks a second.
+const replayYieldPoll = 100 * time.Millisecond
+
+// errYieldSlot: the replay gives its slot up (waitWindow). Nothing of the
+// record it was delivering was done; it is read again once the replay has
+// a slot again.
+var errYieldSlot = errors.New("replay: yielding its slot while the client's window is full")
 
 // replayAdmins is how many admin clients (each its own connection per
 // broker) the replays of an instance list offsets with.
@@ -107,14 +132,16 @@ func (r *replayer) run(o *ownedSession, connected time.Time) {
 		}
 		cancel()
 	}()
-	select {
-	case r.slots <- struct{}{}:
-	case <-ctx.Done():
+	if r.acquire(ctx) != nil {
 		return
 	}
-	defer func() { <-r.slots }()
-	rs := &replayRun{r: r, o: o, cl: o.cl, subs: o.resumedSubs(), connected: connected,
+	rs := &replayRun{r: r, o: o, cl: o.cl, subs: o.resumedSubs(), connected: connected, slotted: true,
 		admin: r.admins[int(r.nextAdmin.Add(1))%len(r.admins)]}
+	defer func() {
+		if rs.slotted {
+			r.release()
+		}
+	}()
 	slotted := time.Now()
 	err := rs.catchUp(ctx)
 	if r.log.Enabled(ctx, slog.LevelDebug) {
@@ -124,6 +151,7 @@ func (r *replayer) run(o *ownedSession, connected time.Time) {
 		}
 		r.log.Debug("session replay", "client", o.cl.ID, "delivered", rs.delivered, "fetched", rs.fetched,
 			"fetching", rs.fetching, "listing", rs.listing, "first", first, "windowed", rs.windowed,
+			"yields", rs.yields, "reslotting", rs.reslotting,
 			"waited", slotted.Sub(connected), "took", time.Since(connected), "err", err)
 	}
 	if err != nil && ctx.Err() == nil {
@@ -137,6 +165,28 @@ func (r *replayer) run(o *ownedSession, connected time.Time) {
 	}
 	r.metrics.replayDuration.Observe(time.Since(connected).Seconds())
 }
+
+// acquire takes a slot, counted among the replays waiting for one
+// meanwhile (a slot holder whose client does not acknowledge yields to
+// them: waitWindow).
+func (r *replayer) acquire(ctx context.Context) error {
+	select {
+	case r.slots <- struct{}{}:
+		return nil
+	default:
+	}
+	r.waiting.Add(1)
+	defer r.waiting.Add(-1)
+	select {
+	case r.slots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// release gives a slot back.
+func (r *replayer) release() { <-r.slots }
 
 // replayRun is one session's replay.
 type replayRun struct {
@@ -155,6 +205,9 @@ type replayRun struct {
 	fetching   time.Duration // waiting for fetches
 	listing    time.Duration // waiting for topic and offset listings
 	windowed   time.Duration // waiting for the client's window
+	slotted    bool          // holds a slot of replayer.slots
+	yields     int           // times it gave its slot up (yield)
+	reslotting time.Duration // waiting to take a slot again after a yield
 	backlog    bool          // the first pass: what matched while the client was away
 	queued     int           // new (not resent) messages of the backlog delivered
 	later      *deferrals    // the last pass: records kept behind live deliveries
@@ -300,8 +353,42 @@ func (rs *replayRun) pass(ctx context.Context, from map[tp]int64) (map[tp]int64,
 	return ends, rs.read(ctx, assign, ends)
 }
 
-// read consumes the assigned partitions up to ends.
+// read consumes the assigned partitions up to ends. When the replay
+// yields its slot (errYieldSlot: its client's window stayed full), its
+// Kafka client goes with it, and it reads on from each partition's first
+// record not handed out once it has a slot again.
 func (rs *replayRun) read(ctx context.Context, assign map[string]map[int32]kgo.Offset, ends map[tp]int64) error {
+	next := map[tp]int64{} // partitions not read to their end: the next offset to hand out
+	for t, ps := range assign {
+		for part, off := range ps {
+			k := tp{t, part}
+			next[k] = off.EpochOffset().Offset
+			rs.o.pos.reading(k, next[k])
+		}
+	}
+	for len(next) > 0 {
+		err := rs.readFrom(ctx, next, ends)
+		if !errors.Is(err, errYieldSlot) {
+			return err
+		}
+		if err := rs.yield(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readFrom reads the partitions of next from their offsets there, with a
+// Kafka client of its own, until each reached its end (then it leaves
+// next) or a delivery fails.
+func (rs *replayRun) readFrom(ctx context.Context, next map[tp]int64, ends map[tp]int64) error {
+	assign := map[string]map[int32]kgo.Offset{}
+	for k, off := range next {
+		if assign[k.topic] == nil {
+			assign[k.topic] = map[int32]kgo.Offset{}
+		}
+		assign[k.topic][k.part] = kgo.NewOffset().At(off)
+	}
 	// Control records (a transaction's commit or abort marker) come too: a
 	// partition may end with one, and the read is done at its offset.
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.ConsumePartitions(assign), kgo.FetchMaxWait(200 * time.Millisecond),
@@ -310,17 +397,7 @@ func (rs *replayRun) read(ctx context.Context, assign map[string]map[int32]kgo.O
 		return fmt.Errorf("replay client: %w", err)
 	}
 	defer cl.Close()
-	left := 0
-	for _, ps := range assign {
-		left += len(ps)
-	}
-	for t, ps := range assign {
-		for part, off := range ps {
-			rs.o.pos.reading(tp{t, part}, off.EpochOffset().Offset)
-		}
-	}
-	done := map[tp]bool{}
-	for left > 0 {
+	for len(next) > 0 {
 		t0 := time.Now()
 		fs := cl.PollFetches(ctx)
 		rs.fetching += time.Since(t0)
@@ -335,29 +412,59 @@ func (rs *replayRun) read(ctx context.Context, assign map[string]map[int32]kgo.O
 		var werr error
 		fs.EachRecord(func(rec *kgo.Record) {
 			k := tp{rec.Topic, rec.Partition}
-			if werr != nil || done[k] || rec.Offset >= ends[k] {
+			from, reading := next[k]
+			if werr != nil || !reading || rec.Offset < from || rec.Offset >= ends[k] {
 				return
 			}
 			if !rec.Attrs.IsControl() {
 				rs.fetched++
 				rs.r.metrics.replayRead.Inc()
-				werr = rs.take(ctx, rec)
+				if werr = rs.take(ctx, rec); werr != nil {
+					return // not handed out: read again after a yield
+				}
 			}
-			if werr == nil && !rs.later.waits(k) {
+			next[k] = rec.Offset + 1
+			if !rs.later.waits(k) {
 				rs.o.pos.reading(k, rec.Offset+1)
 			}
 			if rec.Offset+1 >= ends[k] {
-				done[k] = true
+				delete(next, k)
 				if !rs.later.waits(k) { // else once its kept records are delivered
 					rs.o.pos.replayed(k, ends[k])
 				}
-				left--
 			}
 		})
 		if werr != nil {
 			return werr
 		}
 	}
+	return nil
+}
+
+// yield gives the replay's slot up, waits until its client's window has
+// room, and takes a slot again.
+func (rs *replayRun) yield(ctx context.Context) error {
+	rs.slotted = false
+	rs.r.release()
+	rs.yields++
+	t0 := time.Now()
+	for wait := time.Millisecond; !rs.windowOpen(); wait = min(2*wait, replayYieldPoll) {
+		if rs.cl.Closed() {
+			return errors.New("client gone")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+	t1 := time.Now()
+	rs.windowed += t1.Sub(t0)
+	if err := rs.r.acquire(ctx); err != nil {
+		return err
+	}
+	rs.slotted = true
+	rs.reslotting += time.Since(t1)
 	return nil
 }
 
@@ -431,15 +538,19 @@ func (rs *replayRun) deliver(ctx context.Context, rec *kgo.Record, hdrs []topicm
 		expiry = uint32(max(left/time.Second, 1))
 	}
 	dup := resend || rs.o.pos.wasDelivered(c)
-	if rs.backlog && !resend {
-		if rs.r.maxQueued > 0 && rs.queued >= rs.r.maxQueued {
-			rs.r.queueDrops.Inc() // its position moves past it with the partition's
-			return nil
-		}
-		rs.queued++
+	counted := rs.backlog && !resend
+	if counted && rs.r.maxQueued > 0 && rs.queued >= rs.r.maxQueued {
+		rs.r.queueDrops.Inc() // its position moves past it with the partition's
+		return nil
 	}
 	if err := rs.waitWindow(ctx); err != nil {
+		if resend { // as if this record had not been reached
+			rs.o.pos.keepResend(c, pid)
+		}
 		return err
+	}
+	if counted {
+		rs.queued++
 	}
 	if !resend {
 		var err error
@@ -505,23 +616,35 @@ func (rs *replayRun) nextPacketID() (uint16, error) {
 }
 
 // waitWindow waits until the client has fewer unacknowledged messages than
-// it may receive.
+// it may receive. Once it has waited replaySlotPatience while another
+// replay waits for a slot, it fails with errYieldSlot instead: the caller
+// gives its slot up (yield) and comes back to the same record.
 func (rs *replayRun) waitWindow(ctx context.Context) error {
-	window := replayWindowV3
-	if rs.cl.Properties.ProtocolVersion == 5 && rs.cl.Properties.Props.ReceiveMaximum > 0 {
-		window = int(rs.cl.Properties.Props.ReceiveMaximum)
-	}
-	if rs.cl.State.Inflight.Len()-rs.o.live.held() < window {
+	if rs.windowOpen() {
 		return nil
 	}
 	t0 := time.Now()
 	defer func() { rs.windowed += time.Since(t0) }()
-	for rs.cl.State.Inflight.Len()-rs.o.live.held() >= window {
+	for !rs.windowOpen() {
+		if rs.slotted && rs.r.waiting.Load() > 0 && time.Since(t0) >= replaySlotPatience {
+			return errYieldSlot
+		}
 		if err := rs.pause(ctx); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// windowOpen reports whether the client may receive one more replayed
+// message: fewer unacknowledged than its Receive Maximum (replayWindowV3
+// for MQTT 3.1.1), live deliveries not yet written aside.
+func (rs *replayRun) windowOpen() bool {
+	window := replayWindowV3
+	if rs.cl.Properties.ProtocolVersion == 5 && rs.cl.Properties.Props.ReceiveMaximum > 0 {
+		window = int(rs.cl.Properties.Props.ReceiveMaximum)
+	}
+	return rs.cl.State.Inflight.Len()-rs.o.live.held() < window
 }
 
 // pause waits a millisecond, or fails when the client or the replay ends.

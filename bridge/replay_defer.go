@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"time"
 
@@ -88,7 +89,7 @@ func (rs *replayRun) drain(ctx context.Context, ends map[tp]int64) error {
 			head := d.heads[k]
 			delete(d.heads, k)
 			if rs.o.pos.takeDropped(coord{head.Topic, head.Partition, head.Offset}) {
-				if err := rs.deliverRecord(ctx, head); err != nil {
+				if err := rs.deliverKept(ctx, head); err != nil {
 					return err
 				}
 			}
@@ -96,7 +97,7 @@ func (rs *replayRun) drain(ctx context.Context, ends map[tp]int64) error {
 			for len(recs) > 0 && !d.waits(k) {
 				rec := recs[0]
 				recs = recs[1:]
-				if err := rs.deliverRecord(ctx, rec); err != nil {
+				if err := rs.deliverKept(ctx, rec); err != nil {
 					return err
 				}
 				if !d.waits(k) {
@@ -111,6 +112,21 @@ func (rs *replayRun) drain(ctx context.Context, ends map[tp]int64) error {
 		}
 	}
 	return nil
+}
+
+// deliverKept delivers a kept record (deliverRecord); when the replay
+// yields its slot meanwhile (its client's window stayed full), it tries
+// again once it has one: the record is in memory, no Kafka client to close.
+func (rs *replayRun) deliverKept(ctx context.Context, rec *kgo.Record) error {
+	for {
+		err := rs.deliverRecord(ctx, rec)
+		if !errors.Is(err, errYieldSlot) {
+			return err
+		}
+		if err := rs.yield(ctx); err != nil {
+			return err
+		}
+	}
 }
 
 // waitWritten waits until the live delivery under pid is written (or no

@@ -55,10 +55,14 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 		admins = append(admins, kadm.NewClient(cl))
 	}
 	b.stateStop = make(chan struct{})
+	slots := maxReplays
+	if b.replaySlots > 0 {
+		slots = b.replaySlots
+	}
 	hook.replays = &replayer{h: hook, log: b.log.With("component", "replay"), tm: b.tm,
 		opts: append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, sec...), admins: admins,
 		topics:    newTopicLister(admins[0]),
-		isReverse: isReverse, slots: make(chan struct{}, maxReplays), metrics: sm, stop: b.stateStop,
+		isReverse: isReverse, slots: make(chan struct{}, slots), metrics: sm, stop: b.stateStop,
 		maxQueued: b.cfg.State.MaxQueued, queueDrops: b.metrics.drops.WithLabelValues("session_queue_full")}
 	// Wills of dead instances' clients (wills.go): liveness from the
 	// heartbeats the instance check reads; it sees every session record

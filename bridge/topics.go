@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 	createtopicsAPI "github.com/segmentio/kafka-go/protocol/createtopics"
@@ -168,9 +169,14 @@ func kafkaError(code int16) error {
 // create creates topics in one request, up to kafka.max_created_topics. It
 // returns, per topic, nil when the topic exists now (created or already
 // there) or the reason it does not.
+//
+// The request goes through the transport itself rather than
+// kafka.Client.CreateTopics, which drops what a CreateTopics v5 response
+// says of the topic created: its replication factor, the cluster's own
+// when kafka.replication_factor is -1 (the default), is logged.
 func (m *topicManager) create(ctx context.Context, topics []string) (map[string]error, error) {
 	out := make(map[string]error, len(topics))
-	var req []kafka.TopicConfig
+	var req []createtopicsAPI.RequestTopic
 	m.mu.Lock()
 	room := m.cfg.MaxCreatedTopics - m.created
 	m.mu.Unlock()
@@ -179,25 +185,51 @@ func (m *topicManager) create(ctx context.Context, topics []string) (map[string]
 			out[t] = fmt.Errorf("%w: %q does not exist and this instance already created kafka.max_created_topics=%d topics", ErrTopicRejected, t, m.cfg.MaxCreatedTopics)
 			continue
 		}
-		req = append(req, kafka.TopicConfig{
-			Topic:             t,
-			NumPartitions:     m.cfg.Partitions,
-			ReplicationFactor: m.cfg.ReplicationFactor,
-			ConfigEntries: []kafka.ConfigEntry{
-				{ConfigName: "message.timestamp.type", ConfigValue: "LogAppendTime"},
-			},
+		req = append(req, createtopicsAPI.RequestTopic{
+			Name:              t,
+			NumPartitions:     int32(m.cfg.Partitions),
+			ReplicationFactor: int16(m.cfg.ReplicationFactor),
+			Configs:           []createtopicsAPI.RequestConfig{{Name: "message.timestamp.type", Value: "LogAppendTime"}},
 		})
 	}
 	if len(req) == 0 {
 		return out, nil
 	}
-	res, err := m.client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: req})
+	if m.client.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, m.client.Timeout)
+		defer cancel()
+	}
+	// Kafka's own wait: half of what is left, as kafka-go does, so that its
+	// answer comes back in time.
+	wait := createTopicsTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		wait = max(time.Until(dl)/2, time.Millisecond)
+	}
+	msg, err := m.rt.RoundTrip(ctx, m.addr, &createtopicsAPI.Request{Topics: req, TimeoutMs: int32(wait / time.Millisecond)})
 	if err != nil {
 		return nil, fmt.Errorf("create topics: %w", err)
 	}
+	res, ok := msg.(*createtopicsAPI.Response)
+	if !ok {
+		return nil, fmt.Errorf("create topics: unexpected response %T", msg)
+	}
+	answers := make(map[string]createtopicsAPI.ResponseTopic, len(res.Topics))
+	for _, rt := range res.Topics {
+		answers[rt.Name] = rt
+	}
 	for _, tc := range req {
-		t := tc.Topic
-		terr := res.Errors[t]
+		t := tc.Name
+		a, answered := answers[t]
+		var terr error
+		switch {
+		case !answered:
+			terr = errors.New("not in the CreateTopics response")
+		case a.ErrorCode != 0 && a.ErrorMessage != "":
+			terr = fmt.Errorf("%w: %s", kafka.Error(a.ErrorCode), a.ErrorMessage)
+		default:
+			terr = kafkaError(a.ErrorCode)
+		}
 		switch {
 		case terr == nil:
 			m.mu.Lock()
@@ -209,7 +241,7 @@ func (m *topicManager) create(ctx context.Context, topics []string) (map[string]
 				stamp = []any{"timestamp_type", "CreateTime", "note", "the embedded Kafka keeps message.timestamp.type=LogAppendTime but stamps the producer's CreateTime"}
 			}
 			m.log.Info("created kafka topic", append([]any{"topic", t, "partitions", m.cfg.Partitions,
-				"replication_factor", m.cfg.ReplicationFactor}, stamp...)...)
+				"replication_factor", createdReplication(m.cfg.ReplicationFactor, a.ReplicationFactor)}, stamp...)...)
 		case errors.Is(terr, kafka.TopicAlreadyExists):
 		case errors.Is(terr, kafka.InvalidTopic), errors.Is(terr, kafka.TopicAuthorizationFailed),
 			errors.Is(terr, kafka.InvalidReplicationFactor), errors.Is(terr, kafka.InvalidPartitionNumber),
@@ -220,6 +252,23 @@ func (m *topicManager) create(ctx context.Context, topics []string) (map[string]
 		}
 	}
 	return out, nil
+}
+
+// createTopicsTimeout is how long Kafka may take to create topics when the
+// request has no deadline (kafka-go's default).
+const createTopicsTimeout = 2 * time.Second
+
+// createdReplication is what to log as a created topic's replication factor:
+// the one Kafka reports (CreateTopics v5+), else the one requested, where -1
+// reads as the cluster's default.
+func createdReplication(configured int, reported int16) any {
+	switch {
+	case reported > 0:
+		return int(reported)
+	case configured == clusterReplicationFactor:
+		return "cluster default"
+	}
+	return configured
 }
 
 // partitionFor picks the partition of a key the way Kafka's Java client does

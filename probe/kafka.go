@@ -91,10 +91,11 @@ func timestampConfig(ctx context.Context, adm *kadm.Client, topic string) string
 	return ""
 }
 
-// createTopic creates a LogAppendTime topic with one partition.
+// createTopic creates a LogAppendTime topic with one partition and the
+// cluster's default replication factor (-1), as the bridge does by default.
 func createTopic(ctx context.Context, adm *kadm.Client, topic string) error {
 	lat := "LogAppendTime"
-	resp, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"message.timestamp.type": &lat}, topic)
+	resp, err := adm.CreateTopic(ctx, 1, -1, map[string]*string{"message.timestamp.type": &lat}, topic)
 	if err == nil {
 		err = resp.Err
 	}

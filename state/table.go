@@ -20,7 +20,8 @@ type TableConfig struct {
 	Brokers []string
 	// Topic is the compacted topic holding the table.
 	Topic string
-	// Partitions and ReplicationFactor are used when the topic is created.
+	// Partitions and ReplicationFactor are used when the topic is created;
+	// ReplicationFactor -1 takes the cluster's default.replication.factor.
 	Partitions        int32
 	ReplicationFactor int16
 	// Opts are extra franz-go options (TLS, SASL, client id).
@@ -156,7 +157,17 @@ func (t *Table) ensureTopic(ctx context.Context) error {
 	}
 	for attempt := 0; ; attempt++ {
 		res, err := t.admin.CreateTopic(ctx, t.cfg.Partitions, t.cfg.ReplicationFactor, cfgs, t.cfg.Topic)
-		if err == nil && res.Err == nil || errors.Is(res.Err, kerr.TopicAlreadyExists) {
+		if err == nil && res.Err == nil {
+			// Kafka says the replication factor it applied (CreateTopics
+			// v5+): the cluster's own for -1.
+			rf := res.ReplicationFactor
+			if rf <= 0 {
+				rf = t.cfg.ReplicationFactor
+			}
+			t.log.Info("created state topic", "partitions", t.cfg.Partitions, "replication_factor", rf)
+			return nil
+		}
+		if errors.Is(res.Err, kerr.TopicAlreadyExists) {
 			return nil
 		}
 		if err == nil {
