@@ -1,11 +1,15 @@
 package bridge
 
 import (
+	"errors"
+	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	pahov3 "github.com/eclipse/paho.mqtt.golang"
 )
 
 // TestResumeWithoutSessionExpiry: MQTT 5 3.1.2.4 Clean Start. "If a
@@ -121,4 +125,177 @@ func untilMarker(t testing.TB, in *inbox, marker string, timeout time.Duration) 
 			t.Fatalf("got %v within %s, no %s", got, timeout, marker)
 		}
 	}
+}
+
+// TestMaxSessionExpiryConfig: mqtt.max_session_expiry defaults to 2h, is
+// read from the file and the environment, and Validate refuses what MQTT's
+// four-byte interval cannot say.
+func TestMaxSessionExpiryConfig(t *testing.T) {
+	if d := DefaultConfig().MQTT.MaxSessionExpiry; d != 2*time.Hour {
+		t.Errorf("default mqtt.max_session_expiry = %s, want 2h", d)
+	}
+	cfg, err := loadWith(t, "mqtt:\n  max_session_expiry: 90s\n")
+	if err != nil || cfg.MQTT.MaxSessionExpiry != 90*time.Second {
+		t.Errorf("mqtt.max_session_expiry: 90s in the file: %s, %v", cfg.MQTT.MaxSessionExpiry, err)
+	}
+	t.Setenv("FERRY_MQTT_MAX_SESSION_EXPIRY", "10m")
+	if cfg, err := loadWith(t, ""); err != nil || cfg.MQTT.MaxSessionExpiry != 10*time.Minute {
+		t.Errorf("FERRY_MQTT_MAX_SESSION_EXPIRY=10m: %s, %v", cfg.MQTT.MaxSessionExpiry, err)
+	}
+	for _, tt := range []struct {
+		name  string
+		value time.Duration
+		ok    bool
+	}{
+		{"zero (no limit)", 0, true},
+		{"largest", math.MaxUint32 * time.Second, true},
+		{"negative", -time.Second, false},
+		{"fractional", 1500 * time.Millisecond, false},
+		{"above MQTT's four bytes", (math.MaxUint32 + 1) * time.Second, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig("")
+			cfg.MQTT.MaxSessionExpiry = tt.value
+			err := cfg.Validate()
+			var fe *FieldError
+			switch {
+			case tt.ok && err != nil:
+				t.Fatalf("Validate() with mqtt.max_session_expiry=%s: %v, want valid", tt.value, err)
+			case !tt.ok && (!errors.As(err, &fe) || fe.Key != "mqtt.max_session_expiry" || !strings.Contains(err.Error(), tt.value.String())):
+				t.Fatalf("Validate() = %v, want a *FieldError for mqtt.max_session_expiry=%s", err, tt.value)
+			}
+		})
+	}
+}
+
+// TestMaxSessionExpiryCapsExpiry: MQTT 5 3.2.2.3.2 Session Expiry Interval
+// (CONNACK): the Server uses it to tell the Client that it uses another
+// value than the one of the CONNECT; absent, the CONNECT's applies. With
+// mqtt.max_session_expiry 60s an MQTT 5 client asking for 99999 s is told
+// 60 in CONNACK, one asking for 30 s is told nothing; the records written
+// before the CONNACK say 60 and 30, and an MQTT 3.1.1 persistent session's
+// says 60 (it used to be mochi's maximum, 2^32-1 s: it never ended).
+func TestMaxSessionExpiryCapsExpiry(t *testing.T) {
+	stateModes(t, func(t *testing.T, ca, _ Config) {
+		ca.MQTT.MaxSessionExpiry = time.Minute
+		a := startBridge(t, ca)
+		for _, c := range []struct {
+			ask, want uint32
+			told      bool
+		}{{99999, 60, true}, {30, 30, false}} {
+			id := "capexp-" + randHex(4)
+			_, ack := dialV5(t, a.MQTTAddr(), paho.ClientConfig{ClientID: id}, &paho.Connect{ClientID: id, KeepAlive: 30, CleanStart: false,
+				Properties: &paho.ConnectProperties{SessionExpiryInterval: ptr(c.ask)}})
+			var told *uint32
+			if ack.Properties != nil {
+				told = ack.Properties.SessionExpiryInterval
+			}
+			if c.told && (told == nil || *told != c.want) || !c.told && told != nil {
+				t.Errorf("asked for session expiry %d with mqtt.max_session_expiry 60s: CONNACK Session Expiry Interval %v, want %v (told %v)",
+					c.ask, deref(told), c.want, c.told)
+			}
+			if e := recordExpiry(t, ca, id); e != c.want {
+				t.Errorf("asked for session expiry %d: at CONNACK the record's expiry is %v, want %d", c.ask, e, c.want)
+			}
+		}
+		id := "capexp3-" + randHex(4)
+		connectPaho(t, a.MQTTAddr(), id, func(o *pahov3.ClientOptions) { o.SetCleanSession(false) })
+		if e := recordExpiry(t, ca, id); e != uint32(60) {
+			t.Errorf("MQTT 3.1.1 persistent session: at CONNACK the record's expiry is %v, want 60", e)
+		}
+	})
+}
+
+// recordExpiry is the expiry of id's record in cfg's sessions topic now,
+// or "no record".
+func recordExpiry(t testing.TB, cfg Config, id string) any {
+	t.Helper()
+	rec := sessionIn(t, readTable(t, cfg.Kafka.Brokers, cfg.State.SessionsTopic), id)
+	if rec == nil {
+		return "no record"
+	}
+	return rec.Expiry
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// TestSessionEndsAfterMaxExpiry: with mqtt.max_session_expiry 2s, sessions
+// that went more than 2 s ago are over: MQTT 3.1.1 persistent sessions
+// reconnecting on their instance or on another one get Session Present 0,
+// and so does an MQTT 5 session that asked for 99999 s.
+func TestSessionEndsAfterMaxExpiry(t *testing.T) {
+	stateModes(t, func(t *testing.T, ca, cb Config) {
+		ca.MQTT.MaxSessionExpiry, cb.MQTT.MaxSessionExpiry = 2*time.Second, 2*time.Second
+		a, b := startBridge(t, ca), startBridge(t, cb)
+		v5 := func(expiry uint32) func(*paho.ClientConfig, *paho.Connect) {
+			return func(_ *paho.ClientConfig, cp *paho.Connect) {
+				cp.CleanStart = false
+				cp.Properties = &paho.ConnectProperties{SessionExpiryInterval: ptr(expiry)}
+			}
+		}
+		here, there, asked := "here-"+randHex(4), "there-"+randHex(4), "asked-"+randHex(4)
+		for _, id := range []string{here, there} {
+			c := connectPaho(t, a.MQTTAddr(), id, func(o *pahov3.ClientOptions) { o.SetCleanSession(false) })
+			if tok := c.Subscribe("exp/"+id, 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+				t.Fatalf("subscribe: %v", tok.Error())
+			}
+			c.Disconnect(100)
+		}
+		c := connectV5(t, a.MQTTAddr(), asked, v5(99999))
+		mustSubscribe(t, c, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "exp/" + asked, QoS: 1}}})
+		if err := c.Disconnect(&paho.Disconnect{}); err != nil {
+			t.Fatal(err)
+		}
+		// When the last of them has been gone for longer than 2 s (a's view:
+		// a record may be deleted by then).
+		var over time.Time
+		seen := map[string]bool{}
+		waitFor(t, 10*time.Second, "the three disconnect records", func() bool {
+			for _, id := range []string{here, there, asked} {
+				rec := a.sessionHook.lookup(id)
+				if seen[id] || rec == nil || rec.Connected {
+					continue
+				}
+				if rec.Expiry != 2 {
+					t.Errorf("%s's disconnect record says expiry %d, want 2 (mqtt.max_session_expiry)", id, rec.Expiry)
+				}
+				seen[id] = true
+				if at := time.UnixMilli(rec.Disconnected).Add(2*time.Second + time.Millisecond); at.After(over) {
+					over = at
+				}
+			}
+			return len(seen) == 3
+		})
+		waitFor(t, 10*time.Second, "2 s since the sessions went", func() bool { return time.Now().After(over) })
+
+		if present := resumeV3(t, a.MQTTAddr(), here); present {
+			t.Error("MQTT 3.1.1 session resumed on its instance after mqtt.max_session_expiry: Session Present 1, want 0")
+		}
+		if present := resumeV3(t, b.MQTTAddr(), there); present {
+			t.Error("MQTT 3.1.1 session resumed on another instance after mqtt.max_session_expiry: Session Present 1, want 0")
+		}
+		if _, ack := dialV5(t, b.MQTTAddr(), paho.ClientConfig{ClientID: asked}, &paho.Connect{ClientID: asked, KeepAlive: 30, CleanStart: false,
+			Properties: &paho.ConnectProperties{SessionExpiryInterval: ptr[uint32](99999)}}); ack.SessionPresent {
+			t.Error("MQTT 5 session that asked for 99999 s resumed after mqtt.max_session_expiry: Session Present 1, want 0")
+		}
+	})
+}
+
+// resumeV3 connects an MQTT 3.1.1 client with clean session 0 and returns
+// its CONNACK's Session Present.
+func resumeV3(t *testing.T, addr, id string) bool {
+	t.Helper()
+	c := pahov3.NewClient(pahov3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).
+		SetCleanSession(false).SetAutoReconnect(false))
+	tok := c.Connect()
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("reconnect %s: %v", id, tok.Error())
+	}
+	t.Cleanup(func() { c.Disconnect(100) })
+	return tok.(*pahov3.ConnectToken).SessionPresent()
 }

@@ -140,7 +140,7 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 		}
 	}
 	prev := h.lookup(cl.ID)
-	resumed := resume && prev != nil && !prev.Clean && !prev.Expired(start)
+	resumed := resume && prev != nil && !prev.Clean && !prev.Expired(start, h.maxExpiry())
 	// A resumed session keeps its record (subscriptions, queue) while
 	// connected, also when it ends with this connection (expiry 0: its
 	// record is deleted at disconnect).
@@ -716,10 +716,19 @@ func (h *sessionHook) recordOf(cl *mqtt.Client, keep bool) state.Session {
 	return rec
 }
 
+// expiryOf is the session expiry of cl's session (seconds): MQTT 5 the
+// client's (CONNECT, or DISCONNECT when it said one) up to the server's
+// maximum, which mochi announces in CONNACK when it is lower; MQTT 3.1.1
+// the maximum.
 func (h *sessionHook) expiryOf(cl *mqtt.Client) uint32 {
 	if cl.Properties.ProtocolVersion == 5 {
-		return cl.Properties.Props.SessionExpiryInterval
+		return min(cl.Properties.Props.SessionExpiryInterval, h.maxExpiry())
 	}
+	return h.maxExpiry()
+}
+
+// maxExpiry is mqtt.max_session_expiry in seconds.
+func (h *sessionHook) maxExpiry() uint32 {
 	return h.server.Options.Capabilities.MaximumSessionExpiryInterval
 }
 
