@@ -85,7 +85,9 @@ type MQTTConfig struct {
 	// MaxSessionExpiry is the longest a session outlives its connection
 	// (whole seconds): an MQTT 3.1.1 persistent session (clean session 0)
 	// is kept this long, an MQTT 5 client asking for a longer Session
-	// Expiry Interval gets this (and is told in CONNACK). Default: 2h.
+	// Expiry Interval gets this (and is told in CONNACK). An expired
+	// session's record is deleted by its owner, or, when its owner is dead
+	// or gone, by a surviving instance (docs/sessions.md). Default: 2h.
 	// 0: no limit (sessions of 3.1.1 clients are then never ended).
 	MaxSessionExpiry time.Duration `mapstructure:"max_session_expiry" yaml:"max_session_expiry"`
 	// MaxPacketSize is the largest MQTT packet accepted, in bytes. Default: 1 MiB.

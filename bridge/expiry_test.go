@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"context"
 	"errors"
 	"math"
 	"slices"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 	pahov3 "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/ferry-bridge/ferry/state"
 )
 
 // TestResumeWithoutSessionExpiry: MQTT 5 3.1.2.4 Clean Start. "If a
@@ -227,7 +230,9 @@ func deref[T any](p *T) any {
 // TestSessionEndsAfterMaxExpiry: with mqtt.max_session_expiry 2s, sessions
 // that went more than 2 s ago are over: MQTT 3.1.1 persistent sessions
 // reconnecting on their instance or on another one get Session Present 0,
-// and so does an MQTT 5 session that asked for 99999 s.
+// and so does an MQTT 5 session that asked for 99999 s. An MQTT 5 client
+// that asks at DISCONNECT for 99999 s (mochi takes that as it is) has its
+// session ended by its owner too: its record is deleted.
 func TestSessionEndsAfterMaxExpiry(t *testing.T) {
 	stateModes(t, func(t *testing.T, ca, cb Config) {
 		ca.MQTT.MaxSessionExpiry, cb.MQTT.MaxSessionExpiry = 2*time.Second, 2*time.Second
@@ -238,7 +243,7 @@ func TestSessionEndsAfterMaxExpiry(t *testing.T) {
 				cp.Properties = &paho.ConnectProperties{SessionExpiryInterval: ptr(expiry)}
 			}
 		}
-		here, there, asked := "here-"+randHex(4), "there-"+randHex(4), "asked-"+randHex(4)
+		here, there, asked, atDisconnect := "here-"+randHex(4), "there-"+randHex(4), "asked-"+randHex(4), "atdisc-"+randHex(4)
 		for _, id := range []string{here, there} {
 			c := connectPaho(t, a.MQTTAddr(), id, func(o *pahov3.ClientOptions) { o.SetCleanSession(false) })
 			if tok := c.Subscribe("exp/"+id, 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
@@ -251,12 +256,17 @@ func TestSessionEndsAfterMaxExpiry(t *testing.T) {
 		if err := c.Disconnect(&paho.Disconnect{}); err != nil {
 			t.Fatal(err)
 		}
+		c = connectV5(t, a.MQTTAddr(), atDisconnect, v5(1))
+		mustSubscribe(t, c, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "exp/" + atDisconnect, QoS: 1}}})
+		if err := c.Disconnect(&paho.Disconnect{Properties: &paho.DisconnectProperties{SessionExpiryInterval: ptr[uint32](99999)}}); err != nil {
+			t.Fatal(err)
+		}
 		// When the last of them has been gone for longer than 2 s (a's view:
 		// a record may be deleted by then).
 		var over time.Time
 		seen := map[string]bool{}
-		waitFor(t, 10*time.Second, "the three disconnect records", func() bool {
-			for _, id := range []string{here, there, asked} {
+		waitFor(t, 10*time.Second, "the four disconnect records", func() bool {
+			for _, id := range []string{here, there, asked, atDisconnect} {
 				rec := a.sessionHook.lookup(id)
 				if seen[id] || rec == nil || rec.Connected {
 					continue
@@ -269,7 +279,7 @@ func TestSessionEndsAfterMaxExpiry(t *testing.T) {
 					over = at
 				}
 			}
-			return len(seen) == 3
+			return len(seen) == 4
 		})
 		waitFor(t, 10*time.Second, "2 s since the sessions went", func() bool { return time.Now().After(over) })
 
@@ -283,6 +293,10 @@ func TestSessionEndsAfterMaxExpiry(t *testing.T) {
 			Properties: &paho.ConnectProperties{SessionExpiryInterval: ptr[uint32](99999)}}); ack.SessionPresent {
 			t.Error("MQTT 5 session that asked for 99999 s resumed after mqtt.max_session_expiry: Session Present 1, want 0")
 		}
+		waitFor(t, 10*time.Second, "the owner to delete the record of the session that asked for 99999 s at DISCONNECT", func() bool {
+			v, ok := readTable(t, ca.Kafka.Brokers, ca.State.SessionsTopic)[atDisconnect]
+			return ok && v == nil
+		})
 	})
 }
 
@@ -298,4 +312,49 @@ func resumeV3(t *testing.T, addr, id string) bool {
 	}
 	t.Cleanup(func() { c.Disconnect(100) })
 	return tok.(*pahov3.ConnectToken).SessionPresent()
+}
+
+// TestExpiredSessionOfClosedInstanceDeleted: a persistent MQTT 3.1.1
+// session whose instance a is closed (its clients go with it) is deleted
+// from the sessions table by instance b once mqtt.max_session_expiry (3s)
+// has passed: nothing else would ever end it. A reconnect then gets
+// Session Present 0.
+func TestExpiredSessionOfClosedInstanceDeleted(t *testing.T) {
+	stateModes(t, func(t *testing.T, ca, cb Config) {
+		ca.MQTT.MaxSessionExpiry, cb.MQTT.MaxSessionExpiry = 3*time.Second, 3*time.Second
+		a, b := startBridge(t, ca), startBridge(t, cb)
+		id := "gone-" + randHex(4)
+		c := connectPaho(t, a.MQTTAddr(), id, func(o *pahov3.ClientOptions) { o.SetCleanSession(false) })
+		if tok := c.Subscribe("gone/"+id, 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("subscribe: %v", tok.Error())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		start := time.Now()
+		if err := a.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// a is gone: whatever ends the session now is b.
+		var rec *state.Session
+		waitFor(t, 10*time.Second, "b to read a's disconnect record", func() bool {
+			rec = b.sessionHook.lookup(id)
+			return rec != nil && !rec.Connected
+		})
+		if rec.Owner != ca.Instance.ID {
+			t.Fatalf("after a closed (in %s) b reads the record of owner %s, want a's (%s)", time.Since(start).Round(time.Millisecond), rec.Owner, ca.Instance.ID)
+		}
+		if rec.Expiry != 3 {
+			t.Errorf("a's disconnect record says expiry %d, want 3 (mqtt.max_session_expiry)", rec.Expiry)
+		}
+		waitFor(t, 20*time.Second, "b to delete the expired session of closed a", func() bool { return b.sessionHook.lookup(id) == nil })
+		if d := time.Since(time.UnixMilli(rec.Disconnected)); d < 3*time.Second {
+			t.Fatalf("deleted %s after the client went, before its expiry of 3s", d)
+		}
+		if v, ok := readTable(t, cb.Kafka.Brokers, cb.State.SessionsTopic)[id]; !ok || v != nil {
+			t.Fatalf("b's view has no record, but the sessions topic's last record of the session is %q (present %v), want a tombstone", v, ok)
+		}
+		if present := resumeV3(t, b.MQTTAddr(), id); present {
+			t.Fatal("reconnect after the expired session was deleted: Session Present 1, want 0")
+		}
+	})
 }

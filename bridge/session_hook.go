@@ -594,9 +594,14 @@ func (h *sessionHook) checkpoints(stop <-chan struct{}) {
 		case <-t.C:
 		}
 		h.mu.Lock()
-		var due []*ownedSession
+		var due, expired []*ownedSession
 		stale := 0
+		now := time.Now()
 		for _, o := range h.owned {
+			if o.cl != nil && o.cl.Closed() && o.rec.Expired(now, h.maxExpiry()) {
+				expired = append(expired, o)
+				continue
+			}
 			if o.pos == nil || o.cl == nil || o.cl.Closed() {
 				continue
 			}
@@ -608,6 +613,9 @@ func (h *sessionHook) checkpoints(stop <-chan struct{}) {
 			}
 		}
 		h.mu.Unlock()
+		for _, o := range expired {
+			h.expire(o)
+		}
 		for _, o := range due {
 			o.wmu.Lock()
 			if err := h.update(o, func(*state.Session) {}); err != nil {
@@ -616,6 +624,33 @@ func (h *sessionHook) checkpoints(stop <-chan struct{}) {
 			o.wmu.Unlock()
 		}
 	}
+}
+
+// expire ends an offline session this instance owns once its record's
+// expiry has passed (checkpoints): mochi's own expiry of the connection
+// (OnClientExpired) may come later or never (an MQTT 5 DISCONNECT asking
+// for more than mqtt.max_session_expiry changes mochi's interval, not the
+// record's). Its record is deleted, and the broker's offline copy goes.
+func (h *sessionHook) expire(o *ownedSession) {
+	o.wmu.Lock()
+	defer o.wmu.Unlock()
+	h.mu.Lock()
+	mine := h.owned[o.rec.Client] == o
+	h.mu.Unlock()
+	if !mine {
+		return // reconnected (or taken over) meanwhile
+	}
+	h.log.Debug("session expired", "client", o.rec.Client, "expiry", o.rec.Expiry)
+	h.end(o)
+	h.dropLocal(o.rec.Client, o.cl, false)
+}
+
+// holds reports whether this instance owns client's session now (its
+// record is this instance's to end).
+func (h *sessionHook) holds(client string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.owned[client] != nil
 }
 
 func (h *sessionHook) repair(o *ownedSession) {
