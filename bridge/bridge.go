@@ -323,6 +323,9 @@ func (b *Bridge) mochiOptions() *mqtt.Options {
 	caps.MaximumPacketSize = uint32(b.cfg.MQTT.MaxPacketSize)
 	caps.MaximumClientWritesPending = int32(b.cfg.MQTT.ClientWritesPending)
 	caps.ReceiveMaximum = uint16(b.cfg.MQTT.MaxInflight)
+	// The expiry of 3.1.1 persistent sessions, and the most an MQTT 5
+	// client gets (mochi's CONNACK says so when it asked for more).
+	caps.MaximumSessionExpiryInterval = b.cfg.MQTT.maxSessionExpiry()
 	// Acknowledgements carry only their own reason string and user
 	// properties, never the PUBLISH's (a strict client refuses them).
 	caps.Compatibilities.NoInheritedPropertiesOnAck = true

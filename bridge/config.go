@@ -82,6 +82,14 @@ type MQTTConfig struct {
 	// a longer one, or 0, is replaced by it (v5 clients are told in CONNACK's
 	// Server Keep Alive). Default: 0 (no limit).
 	MaxKeepalive time.Duration `mapstructure:"max_keepalive" yaml:"max_keepalive"`
+	// MaxSessionExpiry is the longest a session outlives its connection
+	// (whole seconds): an MQTT 3.1.1 persistent session (clean session 0)
+	// is kept this long, an MQTT 5 client asking for a longer Session
+	// Expiry Interval gets this (and is told in CONNACK). An expired
+	// session's record is deleted by its owner, or, when its owner is dead
+	// or gone, by a surviving instance (docs/sessions.md). Default: 2h.
+	// 0: no limit (sessions of 3.1.1 clients are then never ended).
+	MaxSessionExpiry time.Duration `mapstructure:"max_session_expiry" yaml:"max_session_expiry"`
 	// MaxPacketSize is the largest MQTT packet accepted, in bytes. Default: 1 MiB.
 	MaxPacketSize int `mapstructure:"max_packet_size" yaml:"max_packet_size"`
 	// MaxInflight bounds the QoS 1/2 publishes of one client that wait for
@@ -289,6 +297,7 @@ func DefaultConfig() Config {
 			MaxInflight:         1024,
 			ClientWritesPending: 1024,
 			WriteTimeout:        10 * time.Second,
+			MaxSessionExpiry:    2 * time.Hour,
 		},
 		Kafka: KafkaConfig{
 			EmbeddedPort:      9092,
@@ -312,6 +321,15 @@ func DefaultConfig() Config {
 		Runtime:         RuntimeConfig{GCPercent: 400},
 		ShutdownTimeout: 10 * time.Second,
 	}
+}
+
+// maxSessionExpiry is mqtt.max_session_expiry in seconds, as the broker
+// takes it (0, no limit: the largest interval MQTT can say).
+func (c MQTTConfig) maxSessionExpiry() uint32 {
+	if c.MaxSessionExpiry <= 0 {
+		return math.MaxUint32
+	}
+	return uint32(c.MaxSessionExpiry / time.Second)
 }
 
 // FieldError names the configuration key and value that are wrong.
@@ -365,6 +383,9 @@ func (c Config) Validate() error {
 	c.MQTT.Anonymous.validate("mqtt.anonymous", bad)
 	if c.MQTT.MaxKeepalive < 0 || c.MQTT.MaxKeepalive > 65535*time.Second || c.MQTT.MaxKeepalive%time.Second != 0 {
 		bad("mqtt.max_keepalive", c.MQTT.MaxKeepalive, "must be whole seconds in 0s..65535s (0: no limit)")
+	}
+	if c.MQTT.MaxSessionExpiry < 0 || c.MQTT.MaxSessionExpiry > math.MaxUint32*time.Second || c.MQTT.MaxSessionExpiry%time.Second != 0 {
+		bad("mqtt.max_session_expiry", c.MQTT.MaxSessionExpiry, "must be whole seconds in 0s..%s (0: no limit)", math.MaxUint32*time.Second)
 	}
 	if c.MQTT.MaxPacketSize < 64 {
 		bad("mqtt.max_packet_size", c.MQTT.MaxPacketSize, "must be at least 64")

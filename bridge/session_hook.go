@@ -23,9 +23,11 @@ import (
 // before the packet that depends on it leaves):
 //   - CONNECT (before CONNACK): a claim: owner = this instance, a new epoch,
 //     the client's properties; a resumed session keeps its subscriptions.
-//     A persistent session resuming first reads the table to its end
-//     (read-your-writes), so a reconnect right after a write elsewhere sees
-//     it. When the table has the session and this broker does not, the
+//     A connection with Clean Start 0 (3.1.1: CleanSession 0) first reads
+//     the table to its end (read-your-writes), so a reconnect right after a
+//     write elsewhere sees it; it resumes the session whatever its own
+//     Session Expiry Interval (which only says how long the session lasts
+//     after this connection). When the table has the session and this broker does not, the
 //     session is rebuilt in mochi from the record, and mochi answers Session
 //     Present 1.
 //   - SUBSCRIBE / UNSUBSCRIBE of a persistent session (before SUBACK /
@@ -125,23 +127,37 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
 	defer cancel()
 	start := time.Now()
-	pers := persistent(cl)
-	resume := pers && !pk.Connect.Clean
+	// Clean Start 0 (3.1.1: CleanSession 0) resumes the session there is,
+	// whatever the new CONNECT's Session Expiry Interval: that only says
+	// how long the session lasts after this connection [MQTT-3.1.2-6].
+	pers, resume := persistent(cl), !pk.Connect.Clean
 	if resume {
 		if err := h.table.Sync(ctx); err != nil {
-			h.refuse(cl, err)
-			return
+			if pers {
+				h.refuse(cl, err)
+				return
+			}
+			// The session ends with this connection anyway: resume what
+			// this instance has read rather than refuse (a v5 client with
+			// Clean Start 0 and no expiry is paho.golang's default).
+			h.logs.Warn("connect-sync:"+err.Error(), "sessions table not read to its end: resuming from what this instance has read",
+				"client", cl.ID, "err", err)
 		}
 	}
 	prev := h.lookup(cl.ID)
-	rec := h.recordOf(cl)
+	resumed := resume && prev != nil && !prev.Clean && !prev.Expired(start, h.maxExpiry())
+	// A resumed session keeps its record (subscriptions, queue) while
+	// connected, also when it ends with this connection (expiry 0: its
+	// record is deleted at disconnect).
+	keep := pers || resumed
+	rec := h.recordOf(cl, keep)
 	rec.Epoch = state.NextEpoch(epochOf(prev), start)
 	o := &ownedSession{cl: cl}
-	if pers {
+	if keep {
 		o.pos = newSessionPositions(nil, nil, 0, h.reverse)
 	}
 	switch {
-	case resume && prev != nil && !prev.Clean && !prev.Expired(start):
+	case resumed:
 		rec.Subs = prev.Subs
 		h.mu.Lock()
 		old := h.owned[cl.ID]
@@ -175,7 +191,7 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	h.mu.Lock()
 	h.owned[cl.ID] = o
 	h.mu.Unlock()
-	if !pers {
+	if !keep {
 		// A clean session's claim only fences a second connection of the
 		// id elsewhere: written without waiting, so that clean clients
 		// connect while Kafka is unreachable (they can still publish QoS 0
@@ -628,9 +644,14 @@ func (h *sessionHook) checkpoints(stop <-chan struct{}) {
 		}
 		h.lost.forget(time.Now())
 		h.mu.Lock()
-		var due []*ownedSession
+		var due, expired []*ownedSession
 		stale := 0
+		now := time.Now()
 		for _, o := range h.owned {
+			if o.cl != nil && o.cl.Closed() && o.rec.Expired(now, h.maxExpiry()) {
+				expired = append(expired, o)
+				continue
+			}
 			if o.pos == nil || o.cl == nil || o.cl.Closed() {
 				continue
 			}
@@ -642,6 +663,9 @@ func (h *sessionHook) checkpoints(stop <-chan struct{}) {
 			}
 		}
 		h.mu.Unlock()
+		for _, o := range expired {
+			h.expire(o)
+		}
 		for _, o := range due {
 			o.wmu.Lock()
 			if err := h.update(o, func(*state.Session) {}); err != nil {
@@ -650,6 +674,33 @@ func (h *sessionHook) checkpoints(stop <-chan struct{}) {
 			o.wmu.Unlock()
 		}
 	}
+}
+
+// expire ends an offline session this instance owns once its record's
+// expiry has passed (checkpoints): mochi's own expiry of the connection
+// (OnClientExpired) may come later or never (an MQTT 5 DISCONNECT asking
+// for more than mqtt.max_session_expiry changes mochi's interval, not the
+// record's). Its record is deleted, and the broker's offline copy goes.
+func (h *sessionHook) expire(o *ownedSession) {
+	o.wmu.Lock()
+	defer o.wmu.Unlock()
+	h.mu.Lock()
+	mine := h.owned[o.rec.Client] == o
+	h.mu.Unlock()
+	if !mine {
+		return // reconnected (or taken over) meanwhile
+	}
+	h.log.Debug("session expired", "client", o.rec.Client, "expiry", o.rec.Expiry)
+	h.end(o)
+	h.dropLocal(o.rec.Client, o.cl, false)
+}
+
+// holds reports whether this instance owns client's session now (its
+// record is this instance's to end).
+func (h *sessionHook) holds(client string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.owned[client] != nil
 }
 
 func (h *sessionHook) repair(o *ownedSession) {
@@ -736,8 +787,10 @@ func (h *sessionHook) ownedBy(cl *mqtt.Client) *ownedSession {
 	return nil
 }
 
-func (h *sessionHook) recordOf(cl *mqtt.Client) state.Session {
-	rec := state.Session{Client: cl.ID, Owner: h.id, Connected: true, Clean: !persistent(cl),
+// recordOf is the claim of cl's connection; keep: the session has state of
+// its own (persistent, or resumed), else it is a clean session's claim.
+func (h *sessionHook) recordOf(cl *mqtt.Client, keep bool) state.Session {
+	rec := state.Session{Client: cl.ID, Owner: h.id, Connected: true, Clean: !keep,
 		ProtocolVersion: cl.Properties.ProtocolVersion, Will: willOf(cl)}
 	if rec.Clean {
 		// A claim, to fence a second connection of the id; with the Will,
@@ -753,10 +806,19 @@ func (h *sessionHook) recordOf(cl *mqtt.Client) state.Session {
 	return rec
 }
 
+// expiryOf is the session expiry of cl's session (seconds): MQTT 5 the
+// client's (CONNECT, or DISCONNECT when it said one) up to the server's
+// maximum, which mochi announces in CONNACK when it is lower; MQTT 3.1.1
+// the maximum.
 func (h *sessionHook) expiryOf(cl *mqtt.Client) uint32 {
 	if cl.Properties.ProtocolVersion == 5 {
-		return cl.Properties.Props.SessionExpiryInterval
+		return min(cl.Properties.Props.SessionExpiryInterval, h.maxExpiry())
 	}
+	return h.maxExpiry()
+}
+
+// maxExpiry is mqtt.max_session_expiry in seconds.
+func (h *sessionHook) maxExpiry() uint32 {
 	return h.server.Options.Capabilities.MaximumSessionExpiryInterval
 }
 

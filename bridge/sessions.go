@@ -69,6 +69,7 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 	// (hook.onChange) from the first.
 	b.wills = newWillKeeper(b.log, b.cfg.Instance.ID, b.cfg.State.SessionsTopic, b.instance.start, b.cfg.State.InstanceLapse, b.cfg.Kafka.AckTimeout, sm, b.stateStop)
 	b.wills.publish = b.hook.publishWill
+	b.wills.holds, b.wills.maxExpiry = hook.holds, b.server.Options.Capabilities.MaximumSessionExpiryInterval
 	hook.wills = b.wills
 	if b.sessions, err = state.Open(tc(b.cfg.State.SessionsTopic), b.log, hook.onChange); err != nil {
 		return fmt.Errorf("sessions: %w", err)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -55,6 +56,15 @@ import (
 // An instance restarted with the same id treats its own sessions claimed
 // before it started, and still marked connected, the same way (its dead
 // run's clients), without waiting for a lapse.
+//
+// The same liveness ends expired sessions nobody else ends (sweep): a
+// disconnected session past its expiry is ended by its owner (the session
+// hook); when the owner is dead or gone (a fence above leaves the dead
+// owner's id in the record), the survivor rendezvous hashing picks deletes
+// its record; a record of this instance that it does not hold (a dead run's)
+// it deletes itself. A client claiming the session meanwhile is not harmed:
+// its owner reads the tombstone after its claim and writes its record again
+// (repair on sight, session_hook.go onChange).
 type willKeeper struct {
 	log      *slog.Logger
 	id       string
@@ -64,10 +74,15 @@ type willKeeper struct {
 	timeout  time.Duration // one table write
 	table    *state.Table
 	publish  func(client string, protocol byte, w mqtt.Will)
-	metrics  *stateMetrics
-	slots    chan struct{}
-	stop     <-chan struct{}
-	wg       sync.WaitGroup
+	// holds reports whether this instance owns a session now (the session
+	// hook ends those itself); maxExpiry caps every record's expiry
+	// (mqtt.max_session_expiry, seconds).
+	holds     func(client string) bool
+	maxExpiry uint32
+	metrics   *stateMetrics
+	slots     chan struct{}
+	stop      <-chan struct{}
+	wg        sync.WaitGroup
 
 	mu       sync.Mutex
 	beats    map[string]instanceBeat
@@ -76,7 +91,20 @@ type willKeeper struct {
 	pending  map[string]*pendingWill
 	handled  map[string]int64   // client id -> epoch of the fence this instance wrote
 	conn     map[string]connRef // sessions marked connected, as read (saw)
+	offline  map[string]offRef  // sessions marked disconnected, as read (saw)
+
+	sweeping atomic.Bool // a sweep is running
 }
+
+// offRef is a disconnected session: who owned it and when it expires.
+type offRef struct {
+	owner   string
+	epoch   int64
+	expires int64 // unix ms
+}
+
+// maxSweep bounds the records one sweep deletes (the next takes the rest).
+const maxSweep = 500
 
 // connRef is who holds a session marked connected.
 type connRef struct {
@@ -110,7 +138,7 @@ func newWillKeeper(log *slog.Logger, id, sessions string, start time.Time, lapse
 	return &willKeeper{log: log.With("component", "wills"), id: id, sessions: sessions, start: start, lapse: lapse, timeout: timeout,
 		metrics: m, slots: make(chan struct{}, maxWillWorkers), stop: stop,
 		beats: make(map[string]instanceBeat), pending: make(map[string]*pendingWill), handled: make(map[string]int64),
-		conn: make(map[string]connRef)}
+		conn: make(map[string]connRef), offline: make(map[string]offRef)}
 }
 
 // beat records a heartbeat read from _ferry_instances (instanceCheck's
@@ -169,7 +197,9 @@ func (w *willKeeper) run() {
 			return
 		case <-t.C:
 		}
-		w.scan(time.Now())
+		now := time.Now()
+		w.scan(now)
+		w.sweep(now)
 	}
 }
 
@@ -184,15 +214,7 @@ func (w *willKeeper) scan(now time.Time) {
 		w.mu.Unlock()
 		return
 	}
-	// The candidates: live instances of this cluster (same sessions
-	// topic). Liveness itself counts any heartbeat of an id.
-	live := []string{w.id}
-	for id, b := range w.beats {
-		if id != w.id && b.sessions == w.sessions && w.alive(id, now) {
-			live = append(live, id)
-		}
-	}
-	slices.Sort(live)
+	live := w.members(now)
 	for k, c := range w.conn {
 		var since time.Time
 		switch {
@@ -221,6 +243,129 @@ func (w *willKeeper) scan(now time.Time) {
 	w.mu.Unlock()
 }
 
+// members are the candidates to act for a dead owner: the live instances
+// of this cluster (same sessions topic), sorted. Liveness itself counts any
+// heartbeat of an id (w.mu held).
+func (w *willKeeper) members(now time.Time) []string {
+	live := []string{w.id}
+	for id, b := range w.beats {
+		if id != w.id && b.sessions == w.sessions && w.alive(id, now) {
+			live = append(live, id)
+		}
+	}
+	slices.Sort(live)
+	return live
+}
+
+// sweep starts deleting the records of expired sessions no live instance
+// ends (see willKeeper): disconnected, past their expiry, and owned by a
+// dead instance (this instance chosen among the live ones) or by this one
+// without it holding the session. One sweep runs at a time.
+func (w *willKeeper) sweep(now time.Time) {
+	if !w.sweeping.CompareAndSwap(false, true) {
+		return
+	}
+	due := w.expiredDue(now)
+	for k, r := range due {
+		if r.owner == w.id && w.holds != nil && w.holds(k) {
+			delete(due, k) // the session hook ends it
+		}
+	}
+	if len(due) == 0 {
+		w.sweeping.Store(false)
+		return
+	}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		defer w.sweeping.Store(false)
+		w.expire(due)
+	}()
+}
+
+// expiredDue are the expired sessions this instance is to delete, at most
+// maxSweep (the next sweep takes the rest), before those it holds are left
+// out.
+func (w *willKeeper) expiredDue(now time.Time) map[string]offRef {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.ready(now) {
+		return nil
+	}
+	live := w.members(now)
+	due := make(map[string]offRef)
+	for k, r := range w.offline {
+		if len(due) == maxSweep {
+			break
+		}
+		switch {
+		case r.expires >= now.UnixMilli() || w.pending[k] != nil:
+			// not yet; or a dead owner's session whose Will is being handled
+		case r.owner == w.id:
+			due[k] = r
+		case w.alive(r.owner, now):
+			// its owner ends it
+		case chooseInstance(k, live) == w.id:
+			due[k] = r
+		}
+	}
+	return due
+}
+
+// expire reads the table to its end and deletes each record of due that
+// is still the one chosen and expired, waiting for Kafka's answers.
+func (w *willKeeper) expire(due map[string]offRef) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*w.timeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-w.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := w.table.Sync(ctx); err != nil {
+		w.log.Debug("expired sessions: table not read to its end (retried)", "err", err)
+		return
+	}
+	now := time.Now()
+	var deleted, failed atomic.Int32
+	var wg sync.WaitGroup
+	for k, r := range due {
+		cur := w.lookup(k)
+		if cur == nil || cur.Owner != r.owner || cur.Epoch != r.epoch || !cur.Expired(now, w.maxExpiry) ||
+			cur.Owner == w.id && w.holds != nil && w.holds(k) {
+			continue
+		}
+		wg.Add(1)
+		w.table.WriteAsync(k, nil, func(err error) {
+			defer wg.Done()
+			if err != nil {
+				failed.Add(1)
+				return
+			}
+			deleted.Add(1)
+		})
+		w.log.Debug("expired session deleted", "client", k, "owner", r.owner, "disconnected", time.UnixMilli(cur.Disconnected),
+			"expiry", min(cur.Expiry, w.maxExpiry))
+	}
+	written := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(written)
+	}()
+	select {
+	case <-written:
+	case <-ctx.Done():
+	}
+	if n := deleted.Load(); n > 0 {
+		w.log.Info("deleted the records of expired sessions whose owner is gone", "sessions", n)
+	}
+	if n := failed.Load(); n > 0 {
+		w.log.Warn("records of expired sessions not deleted (retried)", "sessions", n)
+	}
+}
+
 // saw sees every record of the sessions table as it is read (the table's
 // reader goroutine, in log order): it keeps the index of connected
 // sessions, and tells a pending session whether its fence or someone
@@ -232,6 +377,11 @@ func (w *willKeeper) saw(k string, rec *state.Session) {
 		w.conn[k] = connRef{owner: rec.Owner, epoch: rec.Epoch}
 	} else {
 		delete(w.conn, k)
+	}
+	if at := expiresAt(rec, w.maxExpiry); at != 0 {
+		w.offline[k] = offRef{owner: rec.Owner, epoch: rec.Epoch, expires: at}
+	} else {
+		delete(w.offline, k)
 	}
 	if e, ok := w.handled[k]; ok && (rec == nil || rec.Epoch > e) {
 		delete(w.handled, k) // the session moved on (reconnected, or ended)
@@ -363,6 +513,15 @@ func (w *willKeeper) fence(k string, p *pendingWill, log *slog.Logger) *state.Se
 	w.mu.Unlock()
 	log.Debug("dead owner's session fenced", "fence_epoch", f.Epoch)
 	return cur
+}
+
+// expiresAt is when (unix ms) rec, disconnected, expires; 0: a tombstone,
+// or connected.
+func expiresAt(rec *state.Session, limit uint32) int64 {
+	if rec == nil {
+		return 0
+	}
+	return rec.ExpiresAt(limit)
 }
 
 func (w *willKeeper) isCancelled(p *pendingWill) bool {

@@ -31,8 +31,9 @@ type Session struct {
 	// session, MQTT 5 session expiry 0): it is recorded only to fence a
 	// second connection of the same id, and deleted when the client goes.
 	Clean bool `json:"clean,omitempty"`
-	// Expiry is the session expiry interval in seconds (MQTT 5; for MQTT
-	// 3.1.1 the server maximum).
+	// Expiry is the session expiry interval in seconds: MQTT 5 the
+	// client's, at most the server maximum (mqtt.max_session_expiry);
+	// MQTT 3.1.1 the server maximum.
 	Expiry uint32 `json:"expiry"`
 
 	ProtocolVersion byte            `json:"protocol"`
@@ -126,11 +127,24 @@ func NextEpoch(prev int64, now time.Time) int64 {
 	return max(prev+1, now.UnixMilli())
 }
 
-// Expired reports whether a disconnected session's expiry interval has
-// passed at now.
-func (s *Session) Expired(now time.Time) bool {
+// ExpiresAt is when (unix ms) a disconnected session expires: its expiry
+// interval, at most limit seconds (the server's maximum, which may be lower
+// than what a record written under another setting says; 0: no cap),
+// after it went; 0 while it is connected.
+func (s *Session) ExpiresAt(limit uint32) int64 {
 	if s.Connected || s.Disconnected == 0 {
-		return false
+		return 0
 	}
-	return now.UnixMilli() > s.Disconnected+int64(s.Expiry)*1000
+	e := s.Expiry
+	if limit > 0 {
+		e = min(e, limit)
+	}
+	return s.Disconnected + int64(e)*1000
+}
+
+// Expired reports whether a disconnected session has expired at now (see
+// ExpiresAt).
+func (s *Session) Expired(now time.Time, limit uint32) bool {
+	at := s.ExpiresAt(limit)
+	return at != 0 && now.UnixMilli() > at
 }
