@@ -19,12 +19,16 @@ import (
 // username/password (plain or bcrypt) and gets that user's ACL; a client
 // without a username is admitted only with allow_anonymous (always, when no
 // users are configured) and gets the mqtt.anonymous ACL.
-func addAuth(s *mqtt.Server, cfg MQTTConfig) error {
+//
+// It returns the ACL's read check, for the deliveries mochi does not make
+// itself (a resumed session's replay from Kafka); nil: everyone may read
+// everything.
+func addAuth(s *mqtt.Server, cfg MQTTConfig) (readCheck, error) {
 	if len(cfg.Users) == 0 && cfg.Anonymous.empty() {
 		if err := s.AddHook(new(auth.AllowHook), nil); err != nil {
-			return fmt.Errorf("mqtt auth: %w", err)
+			return nil, fmt.Errorf("mqtt auth: %w", err)
 		}
-		return nil
+		return nil, nil
 	}
 	h := &authHook{
 		anonymous: cfg.AllowAnonymous || len(cfg.Users) == 0,
@@ -35,10 +39,16 @@ func addAuth(s *mqtt.Server, cfg MQTTConfig) error {
 		h.users[u.Username] = u
 	}
 	if err := s.AddHook(h, nil); err != nil {
-		return fmt.Errorf("mqtt auth: %w", err)
+		return nil, fmt.Errorf("mqtt auth: %w", err)
 	}
-	return nil
+	return h.mayRead, nil
 }
+
+// readCheck reports whether cl's user may subscribe to topic (a topic
+// filter) or receive a message published to topic (a topic name): the check
+// mochi makes (OnACLCheck, write false) for every filter of a SUBSCRIBE and
+// for every delivery it makes.
+type readCheck func(cl *mqtt.Client, topic string) bool
 
 type authHook struct {
 	mqtt.HookBase
@@ -88,6 +98,9 @@ func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	}
 	return acl.allows(topic, write)
 }
+
+// mayRead is the hook's readCheck.
+func (h *authHook) mayRead(cl *mqtt.Client, topic string) bool { return h.OnACLCheck(cl, topic, false) }
 
 // allows reports whether the ACL permits publishing to topic (write) or
 // subscribing to / receiving from topic. A shared subscription is checked by

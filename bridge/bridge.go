@@ -38,6 +38,7 @@ type Bridge struct {
 	metrics *metrics
 
 	server      *mqtt.Server
+	canRead     readCheck // the MQTT ACL's read check (nil: no ACL)
 	hook        *hook
 	wills       *willKeeper
 	willsDone   chan struct{}
@@ -247,7 +248,7 @@ func (b *Bridge) start(ctx context.Context) error {
 	b.hook = &hook{cfg: b.cfg, log: b.log, tm: b.tm, ring: b.ring, metrics: b.metrics, server: b.server,
 		logs: newRateLimiter(b.log, 10*time.Second), origin: []byte(b.cfg.Instance.ID), locals: newLocalPublishers(),
 		order: b.producer.order}
-	if err := addAuth(b.server, b.cfg.MQTT); err != nil {
+	if b.canRead, err = addAuth(b.server, b.cfg.MQTT); err != nil {
 		return err
 	}
 	if err := b.server.AddHook(&compatHook{obscureNotAuthorized: b.cfg.MQTT.ObscureNotAuthorized}, nil); err != nil {

@@ -166,6 +166,35 @@ func (p *sessionPositions) keepResend(c coord, pid uint16) {
 	}
 }
 
+// forget drops the delivery under packet id pid, in flight here, that the
+// session's new connection may not read (screenLocal): mochi does not
+// resend it, and it no longer holds the position. A position is where the
+// next replay starts reading; a message the session's user may not read is
+// not owed to it, like any record a replay reads and does not deliver.
+func (p *sessionPositions) forget(pid uint16) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.pending[pid]; ok {
+		delete(p.pending, pid)
+		delete(p.inherited, c)
+		p.dirty = true
+	}
+}
+
+// handBack gives the delivery under packet id pid, in flight here, to the
+// replay: mochi does not resend it, as its topic cannot be checked
+// (screenLocal). It stays pending; the replay resends it under pid, with
+// DUP and its topic name, if the ACL allows, and else skips it (replay.go
+// deliver); if it does not meet it, endResend forgets it.
+func (p *sessionPositions) handBack(pid uint16) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.pending[pid]; ok {
+		delete(p.inherited, c)
+		p.resend[c] = pid
+	}
+}
+
 // reserved reports whether pid must not be given to a new delivery yet.
 func (p *sessionPositions) reserved(pid uint16) bool {
 	p.mu.Lock()

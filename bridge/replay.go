@@ -517,6 +517,15 @@ func (rs *replayRun) deliver(ctx context.Context, rec *kgo.Record, hdrs []topicm
 		return nil
 	}
 	c := coord{rec.Topic, rec.Partition, rec.Offset}
+	if !rs.r.h.mayRead(rs.cl, d.Topic) {
+		// The connection's user may not read it (the session may have been
+		// another user's: docs/security.md), as mochi withholds it from a live
+		// delivery: not delivered, not counted in state.max_queued. The
+		// position moves past it with the partition's; a resend the record
+		// owed for it goes with the others the replay does not deliver
+		// (endResend).
+		return nil
+	}
 	pid, resend, skip := rs.o.pos.replayAction(c)
 	if skip {
 		// In flight here: mochi resends it. A live delivery not yet

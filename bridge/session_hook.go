@@ -43,6 +43,13 @@ import (
 // record of a former owner that lands after this instance's claim (lower
 // epoch, or a tombstone) is overwritten with this instance's record
 // (repair on sight). The time to a takeover is the table's read latency.
+//
+// A session is named by its client id alone: a connection of another user
+// with that id resumes it (or takes it over), under its own ACL. What
+// reaches it is checked against that ACL on every path, as mochi checks
+// live deliveries: the resumed subscriptions (screenSubs), the in-flight
+// messages mochi resends on a resume here (screenLocal), and the replay's
+// deliveries (replay.go deliver).
 type sessionHook struct {
 	mqtt.HookBase
 	log     *slog.Logger
@@ -67,6 +74,7 @@ type sessionHook struct {
 	holding    atomic.Int32       // sessions holding live deliveries (replay_hold.go)
 	tracking   atomic.Int32       // sessions tracking their unwritten live deliveries (replay_hold.go)
 	reverse    *reverseProgress   // caps positions at what the reverse path handed out (nil: no reverse path)
+	canRead    readCheck          // the MQTT ACL's read check (auth.go; nil: everyone may read everything)
 }
 
 // ownedSession is a session this instance owns: the connection that
@@ -158,7 +166,7 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	}
 	switch {
 	case resumed:
-		rec.Subs = prev.Subs
+		rec.Subs = h.screenSubs(cl, prev)
 		h.mu.Lock()
 		old := h.owned[cl.ID]
 		h.mu.Unlock()
@@ -171,7 +179,7 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 			o.pos = newSessionPositions(prev.Positions, prev.Pending, prev.Horizon, h.reverse)
 			o.pos.notLive()
 		}
-		o.resumed = prev.Subs
+		o.resumed = rec.Subs
 		h.prepareLocal(cl.ID)
 		h.metrics.resumed.Inc()
 	case resume:
@@ -179,6 +187,13 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 		// holds for the id is stale (expired or ended elsewhere).
 		if existing, ok := h.server.Clients.Get(cl.ID); ok && existing.Closed() {
 			h.dropLocal(cl.ID, existing, false)
+		}
+	}
+	if !pk.Connect.Clean {
+		// mochi is about to take over this broker's copy of the session, if
+		// any: its subscriptions and in-flight messages.
+		if existing, ok := h.server.Clients.Get(cl.ID); ok {
+			h.screenLocal(cl, existing, o.pos)
 		}
 	}
 	o.rec = rec
@@ -220,7 +235,11 @@ func (h *sessionHook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 	}
 	if len(o.resumedSubs()) == 0 {
 		if o.pos != nil {
-			o.pos.caughtUp(0) // nothing was owed while it was away: live now
+			// Nothing was owed while it was away (no subscription, or none its
+			// user may keep: screenSubs), and no replay resends what its record
+			// has in flight: live now.
+			o.pos.endResend()
+			o.pos.caughtUp(0)
 		}
 		return
 	}
@@ -229,6 +248,89 @@ func (h *sessionHook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 	}
 	h.inj.replaying.Add(1)
 	go h.replays.run(o, time.Now())
+}
+
+// mayRead reports whether cl's user may subscribe to a filter or receive a
+// message of a topic (auth.go readCheck).
+func (h *sessionHook) mayRead(cl *mqtt.Client, topic string) bool {
+	return h.canRead == nil || h.canRead(cl, topic)
+}
+
+// screenSubs returns the subscriptions of prev that cl's user may keep:
+// each filter is checked against its ACL as a SUBSCRIBE's filters are. The
+// others leave the session (the claim's record has not them), counted and
+// logged: whoever resumes a session gets what its own ACL allows, and a
+// subscription its user could not make is not handed to it.
+func (h *sessionHook) screenSubs(cl *mqtt.Client, prev *state.Session) []state.Subscription {
+	if h.canRead == nil {
+		return prev.Subs
+	}
+	out := make([]state.Subscription, 0, len(prev.Subs))
+	var denied []string
+	for _, s := range prev.Subs {
+		if h.canRead(cl, s.Filter) {
+			out = append(out, s)
+		} else {
+			denied = append(denied, s.Filter)
+		}
+	}
+	h.subsDenied(cl, prev.Username, denied)
+	return out
+}
+
+// subsDenied counts and logs the resumed subscriptions dropped for cl;
+// user is the session's former user.
+func (h *sessionHook) subsDenied(cl *mqtt.Client, user []byte, filters []string) {
+	if len(filters) == 0 {
+		return
+	}
+	h.metrics.subsDenied.Add(float64(len(filters)))
+	h.logs.Warn("resume-acl:"+cl.ID, "resumed session's subscriptions dropped: the connecting user's ACL denies them",
+		"client", cl.ID, "username", string(cl.Properties.Username), "session_username", string(user), "filters", filters)
+}
+
+// screenLocal takes out of this broker's copy of a session, which mochi
+// hands to cl (its subscriptions, and its in-flight messages, which mochi
+// resends at once), what cl's user may not read; the session's positions
+// (pos; nil: none) forget those deliveries. A PUBLISH in flight whose topic
+// cannot be checked (mochi keeps no name for one sent under a topic alias)
+// is taken out too and handed to the replay, which reads it from Kafka and
+// resends it if the ACL allows (replay.go deliver). A resume from the
+// record (prepareLocal) has no subscriptions left here.
+func (h *sessionHook) screenLocal(cl, existing *mqtt.Client, pos *sessionPositions) {
+	if h.canRead == nil {
+		return
+	}
+	var denied []string
+	for f := range existing.State.Subscriptions.GetAll() {
+		if h.canRead(cl, f) {
+			continue
+		}
+		denied = append(denied, f)
+		if h.server.Topics.Unsubscribe(f, cl.ID) {
+			atomic.AddInt64(&h.server.Info.Subscriptions, -1)
+		}
+		existing.State.Subscriptions.Delete(f)
+	}
+	h.subsDenied(cl, existing.Properties.Username, denied)
+	for _, pk := range existing.State.Inflight.GetAll(false) {
+		if pk.FixedHeader.Type != packets.Publish || pk.TopicName != "" && h.canRead(cl, pk.TopicName) {
+			continue
+		}
+		if existing.State.Inflight.Delete(pk.PacketID) {
+			atomic.AddInt64(&h.server.Info.Inflight, -1)
+		}
+		switch {
+		case pos == nil:
+		case pk.TopicName == "":
+			pos.handBack(pk.PacketID)
+		default:
+			pos.forget(pk.PacketID)
+		}
+		if h.replays != nil && h.replays.order != nil {
+			h.replays.order.complete(existing, pk.PacketID)
+		}
+	}
 }
 
 // refuse answers CONNECT with Server unavailable: the session could not be

@@ -41,6 +41,7 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 	// its table is set before any client can connect.
 	hook := newSessionHook(b.log, b.server, nil, b.cfg.Instance.ID, b.cfg.Kafka.AckTimeout, sm)
 	hook.inj = new(injections)
+	hook.canRead = b.canRead
 	isReverse := reverseTopicMatcher(b.cfg.Reverse.Topics)
 	if len(b.cfg.Reverse.Topics) > 0 {
 		hook.reverse = newReverseProgress(isReverse)

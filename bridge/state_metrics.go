@@ -16,6 +16,7 @@ type stateMetrics struct {
 	connectWrite   prometheus.Histogram
 	subscribeWrite prometheus.Histogram
 	resumed        prometheus.Counter
+	subsDenied     prometheus.Counter // resumed subscriptions the connecting user's ACL denies (screenSubs)
 	takenOver      prometheus.Counter
 	repaired       prometheus.Counter
 	refused        prometheus.Counter
@@ -40,6 +41,8 @@ func newStateMetrics(reg prometheus.Registerer) (*stateMetrics, error) {
 			Help: "SUBSCRIBE of a persistent session: the subscription set written before SUBACK.", Buckets: latency}),
 		resumed: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_sessions_resumed_total",
 			Help: "Persistent sessions resumed from the sessions topic (Session Present 1)."}),
+		subsDenied: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_sessions_resumed_subscriptions_denied_total",
+			Help: "Subscriptions dropped from resumed sessions because the connecting user's ACL does not allow them (a session resumed by another user)."}),
 		takenOver: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_sessions_taken_over_total",
 			Help: "Sessions this instance gave up because a newer connection claimed them on another instance."}),
 		repaired: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_sessions_repaired_total",
@@ -68,7 +71,7 @@ func newStateMetrics(reg prometheus.Registerer) (*stateMetrics, error) {
 		m.replayed.WithLabelValues(k)
 	}
 	for _, c := range []prometheus.Collector{m.writes, m.writeSeconds, m.connectWrite, m.subscribeWrite, m.resumed,
-		m.takenOver, m.repaired, m.refused, m.retainedWrites, m.replayed, m.replayFirst, m.replayDuration, m.replayRead, m.wills} {
+		m.subsDenied, m.takenOver, m.repaired, m.refused, m.retainedWrites, m.replayed, m.replayFirst, m.replayDuration, m.replayRead, m.wills} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("state metrics: %w", err)
 		}
