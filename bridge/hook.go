@@ -225,7 +225,7 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		if h.inj != nil {
 			// mochi delivers it on this goroutine next; OnPublished ends it
 			// (or OnDisconnect, when mochi fails the PUBREC's write first).
-			h.inj.begin(cl.ID, coord{rec.topic, rec.part, rec.offset})
+			h.inj.begin(cl.ID, coord{rec.topic, rec.part, rec.offset}, pk.TopicName)
 			h.queue(cl).injecting.Store(true)
 		}
 		return pk, nil

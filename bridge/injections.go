@@ -27,13 +27,21 @@ type injections struct {
 
 // injecting is one client id's injection slot.
 type injecting struct {
-	turn sync.Mutex            // held from begin to end
-	at   atomic.Pointer[coord] // the message being injected; nil: none
-	refs int                   // begins not yet ended, under injections.mu
+	turn sync.Mutex               // held from begin to end
+	at   atomic.Pointer[injected] // the message being injected; nil: none
+	refs int                      // begins not yet ended, under injections.mu
 }
 
-// begin waits for origin's earlier injection to end, then registers c.
-func (in *injections) begin(origin string, c coord) {
+// injected is the message an injection delivers: its coordinate and its
+// MQTT topic.
+type injected struct {
+	c     coord
+	topic string
+}
+
+// begin waits for origin's earlier injection to end, then registers the
+// message at c, on MQTT topic mqttTopic ("": not told).
+func (in *injections) begin(origin string, c coord, mqttTopic string) {
 	in.mu.Lock()
 	if in.m == nil {
 		in.m = map[string]*injecting{}
@@ -46,7 +54,7 @@ func (in *injections) begin(origin string, c coord) {
 	e.refs++
 	in.mu.Unlock()
 	e.turn.Lock()
-	e.at.Store(&c)
+	e.at.Store(&injected{c: c, topic: mqttTopic})
 }
 
 // end ends origin's injection.
@@ -68,14 +76,20 @@ func (in *injections) end(origin string) {
 
 // of returns the coordinate origin is injecting now.
 func (in *injections) of(origin string) (coord, bool) {
+	m, ok := in.message(origin)
+	return m.c, ok
+}
+
+// message returns the message origin is injecting now.
+func (in *injections) message(origin string) (injected, bool) {
 	in.mu.Lock()
 	e := in.m[origin]
 	in.mu.Unlock()
 	if e == nil {
-		return coord{offset: -1}, false
+		return injected{c: coord{offset: -1}}, false
 	}
-	if c := e.at.Load(); c != nil {
-		return *c, true
+	if m := e.at.Load(); m != nil {
+		return *m, true
 	}
-	return coord{offset: -1}, false
+	return injected{c: coord{offset: -1}}, false
 }

@@ -15,10 +15,10 @@ import (
 func TestInjectionsTakeTurns(t *testing.T) {
 	in := new(injections)
 	first, second := coord{"a", 0, 7}, coord{"b", 3, 41}
-	in.begin("pub", first)
+	in.begin("pub", first, "")
 	began := make(chan struct{})
 	go func() {
-		in.begin("pub", second)
+		in.begin("pub", second, "")
 		close(began)
 		if c, ok := in.of("pub"); !ok || c != second {
 			t.Errorf("second injection sees %+v, %v", c, ok)

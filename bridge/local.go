@@ -47,7 +47,7 @@ func (h *hook) deliverLocal(from *mqtt.Client, pk *packets.Packet, c coord) {
 	// The alias was resolved on the publisher's connection.
 	out.Properties.TopicAlias, out.Properties.TopicAliasFlag = 0, false
 	if h.inj != nil {
-		h.inj.begin(lp.cl.ID, c) // positions of persistent subscribers
+		h.inj.begin(lp.cl.ID, c, pk.TopicName) // positions of persistent subscribers
 	}
 	if err := h.server.InjectPacket(lp.cl, out); err != nil {
 		h.log.Debug("local delivery", "topic", pk.TopicName, "err", err)

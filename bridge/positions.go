@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ferry-bridge/ferry/state"
+	"github.com/ferry-bridge/ferry/topicmap"
 )
 
 // A persistent session's queue is a position in Kafka, not a copy: every
@@ -108,6 +109,15 @@ type sessionPositions struct {
 	// replaying is set while a replay reads: the partitions' positions
 	// from its passes are kept in the record until it caught up.
 	replaying bool
+
+	// replayedTo is, for each partition a replay of this session has read
+	// on this instance, the end it read to (replayed), and replayedFor the
+	// filters of the last replay's subscriptions: a live delivery of a
+	// record below that end, on a topic those filters match, is a copy of
+	// one the replay handled (delivered, or needed no delivery), and is
+	// not delivered again (liveCopy).
+	replayedTo  map[tp]int64
+	replayedFor []string
 }
 
 // horizonRefresh is how far the horizon moves before a connected session's
@@ -118,7 +128,7 @@ const horizonRefresh = time.Minute
 func newSessionPositions(from []state.Position, pending []state.Pending, horizon int64, reverse *reverseProgress) *sessionPositions {
 	p := &sessionPositions{base: map[tp]int64{}, delivered: map[tp]int64{}, pending: map[uint16]coord{},
 		resend: map[coord]uint16{}, frontier: map[tp]int64{}, missed: map[tp]int64{}, drops: map[coord]bool{},
-		reverse: reverse, fromHorizon: horizon, writtenHorizon: horizon}
+		replayedTo: map[tp]int64{}, reverse: reverse, fromHorizon: horizon, writtenHorizon: horizon}
 	for _, q := range from {
 		k := tp{q.Topic, q.Partition}
 		p.base[k] = q.Offset
@@ -340,8 +350,37 @@ func (p *sessionPositions) replayed(k tp, end int64) {
 	if end > p.base[k] {
 		p.base[k] = end
 	}
+	if end > p.replayedTo[k] {
+		p.replayedTo[k] = end
+	}
 	p.dirty = true
 	p.mu.Unlock()
+}
+
+// liveCopy reports whether a live delivery of the message at c, on MQTT
+// topic topic, is a copy of a record a replay of this session handled:
+// below the end that replay read c's partition to, on a topic its
+// subscriptions match. The reverse path hands a partition out at its own
+// pace: behind the replay's end when it lags, or from the partition's
+// start when it finds the topic only after the resume (a new topic of a
+// /regex/); what it hands out below that end came with the replay. A
+// filter subscribed while the replay ran is not among replayedFor: its
+// live deliveries are never taken for copies.
+func (p *sessionPositions) liveCopy(c coord, topic string) bool {
+	if c.offset < 0 || topic == "" {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if end, ok := p.replayedTo[c.tp()]; !ok || c.offset >= end {
+		return false
+	}
+	for _, f := range p.replayedFor {
+		if topicmap.MatchFilter(f, topic) {
+			return true
+		}
+	}
+	return false
 }
 
 // caughtUp records that the replay delivered everything up to its last
@@ -370,10 +409,12 @@ func (p *sessionPositions) notLive() {
 	p.mu.Unlock()
 }
 
-// startReplay marks a replay reading (see replaying).
-func (p *sessionPositions) startReplay() {
+// startReplay marks a replay reading (see replaying) for subscriptions
+// with filters filters.
+func (p *sessionPositions) startReplay(filters []string) {
 	p.mu.Lock()
 	p.replaying = true
+	p.replayedFor = filters
 	p.mu.Unlock()
 }
 

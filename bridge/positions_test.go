@@ -92,11 +92,11 @@ func TestResendKeepsItsCoordinate(t *testing.T) {
 	h.owned["dev"] = o
 	first := coord{"k", 0, 7}
 	live := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, PacketID: 3, Origin: "pub"}
-	h.inj.begin("pub", first)
+	h.inj.begin("pub", first, "")
 	h.OnQosPublish(cl, live, 0, 0)
 	h.inj.end("pub")
 	// The resend, while the publisher's message at offset 40 is injected.
-	h.inj.begin("pub", coord{"k", 0, 40})
+	h.inj.begin("pub", coord{"k", 0, 40}, "")
 	resend := live
 	resend.FixedHeader.Dup = true
 	h.OnQosPublish(cl, resend, 0, 0)

@@ -30,7 +30,9 @@ import (
 // in) from the position, or from the subscription's time where it has
 // none, up to the end offsets listed when it starts. Then the
 // subscriptions go live in the broker, and a second, usually empty, pass
-// reads what Kafka appended between the listing and that moment.
+// reads what Kafka appended between the listing and that moment. A live
+// delivery that repeats a record the replay handled (the reverse path
+// behind the replay's end) is not written (replay_copies.go).
 // Deliveries are written straight to the client, at most its Receive
 // Maximum (64 for MQTT 3.1.1) unacknowledged at once, QoS 1/2 only (MQTT
 // queues no QoS 0 message for an offline session).
@@ -216,7 +218,11 @@ type replayRun struct {
 }
 
 func (rs *replayRun) catchUp(ctx context.Context) error {
-	rs.o.pos.startReplay()
+	filters := make([]string, len(rs.subs))
+	for i, s := range rs.subs {
+		filters[i] = s.Filter
+	}
+	rs.o.pos.startReplay(filters)
 	rs.horizon = rs.o.pos.resumeHorizon()
 	rs.backlog = true
 	ends, err := rs.pass(ctx, nil)
@@ -618,6 +624,9 @@ func (rs *replayRun) nextPacketID() (uint16, error) {
 			return 0, fmt.Errorf("replay to %s: %w", rs.cl.ID, err)
 		}
 		if !rs.o.pos.reserved(uint16(id)) {
+			// A copy marked under it left flight unwritten (mochi
+			// dropped it): the mark is stale.
+			rs.r.h.copies.unmark(rs.cl, uint16(id))
 			return uint16(id), nil
 		}
 	}
@@ -653,7 +662,11 @@ func (rs *replayRun) windowOpen() bool {
 	if rs.cl.Properties.ProtocolVersion == 5 && rs.cl.Properties.Props.ReceiveMaximum > 0 {
 		window = int(rs.cl.Properties.Props.ReceiveMaximum)
 	}
-	return rs.cl.State.Inflight.Len()-rs.o.live.held() < window
+	// Live deliveries not yet written, and live copies to be discarded
+	// (replay_copies.go), are in flight but not the client's to
+	// acknowledge yet: the held ones wait for this pass, and a window full
+	// of them would never free.
+	return rs.cl.State.Inflight.Len()-rs.o.live.held()-rs.r.h.copies.pending(rs.cl) < window
 }
 
 // pause waits a millisecond, or fails when the client or the replay ends.

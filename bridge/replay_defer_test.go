@@ -33,7 +33,7 @@ func TestLastPassWaitsForHeldLiveDelivery(t *testing.T) {
 	release := o.live.start(&h.holding, &h.tracking)
 	defer o.live.end(&h.tracking)
 	// M (offset 5) delivered live: held in the write loop, pending.
-	h.inj.begin(mqtt.InlineClientId, coord{ktopic, 0, 5})
+	h.inj.begin(mqtt.InlineClientId, coord{ktopic, 0, 5}, "q/a")
 	if err := h.server.Publish("q/a", []byte("M"), false, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestLastPassDeliversDroppedLiveDelivery(t *testing.T) {
 	defer o.live.end(&h.tracking)
 	rs.later = newDeferrals()
 	const origin, pid = "pub", uint16(7)
-	h.inj.begin(origin, coord{ktopic, 0, 5})
+	h.inj.begin(origin, coord{ktopic, 0, 5}, "q/a")
 	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: "q/a",
 		Payload: []byte("M"), PacketID: pid, Origin: origin, Created: time.Now().Unix()}
 	cl.State.Inflight.Set(pk)

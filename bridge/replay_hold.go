@@ -121,8 +121,16 @@ func (l *liveHold) isUnwritten(pid uint16) bool {
 }
 
 // OnPacketEncode holds a live delivery to a session whose replay's last
-// pass runs (liveHold).
+// pass runs (liveHold), and discards a live copy of a replayed message
+// (liveCopies).
 func (h *sessionHook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	if pk.FixedHeader.Type == packets.Publish && h.copies.take(cl, pk) {
+		// A copy of a replayed message (replay_copies.go): out of flight,
+		// and too large to be written.
+		h.outOfFlight(cl, pk.PacketID, payloadID(pk.Payload))
+		pk.Mods.MaxSize = 1
+		return pk
+	}
 	if h.holding.Load() == 0 || pk.FixedHeader.Type != packets.Publish || pk.Origin == "" || pk.Expiry < 0 {
 		return pk
 	}

@@ -265,7 +265,7 @@ func (r *reverse) handle(ctx context.Context, rec *kgo.Record) bool {
 	}
 	refused := atomic.LoadInt64(&r.server.Info.InflightDropped)
 	if r.inj != nil {
-		r.inj.begin(r.inline.ID, coord{rec.Topic, rec.Partition, rec.Offset})
+		r.inj.begin(r.inline.ID, coord{rec.Topic, rec.Partition, rec.Offset}, pk.TopicName)
 		defer r.inj.end(r.inline.ID)
 	}
 	if err := r.server.InjectPacket(r.inline, pk); err != nil {

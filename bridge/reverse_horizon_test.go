@@ -88,7 +88,7 @@ func TestSessionHorizon(t *testing.T) {
 	// Resumed elsewhere from a record with horizon 9000.
 	q := newSessionPositions(nil, nil, 9_000, rp)
 	q.notLive()
-	q.startReplay()
+	q.startReplay(nil)
 	if h := q.resumeHorizon(); h != 9_000 {
 		t.Fatalf("resuming session's horizon %d, want the record's 9000", h)
 	}
@@ -196,7 +196,7 @@ func TestReplayCaughtUpAfterClientWentStaysOffline(t *testing.T) {
 	r0 := tp{"rev", 0}
 	p := newSessionPositions(nil, nil, 5_000, rp)
 	p.notLive()
-	p.startReplay()
+	p.startReplay(nil)
 	p.replayed(r0, 5)
 	p.wentOffline() // the client goes before the replay's end
 	p.caughtUp(8_000)
@@ -206,7 +206,7 @@ func TestReplayCaughtUpAfterClientWentStaysOffline(t *testing.T) {
 		t.Fatalf("horizon %d of a session whose client went during its replay, want 5000 (frozen at the record's)", h)
 	}
 	p.inherit() // the client is back on this instance: its next replay makes it live
-	p.startReplay()
+	p.startReplay(nil)
 	p.caughtUp(9_000)
 	if h := p.horizon(); h != 59_000 {
 		t.Fatalf("horizon %d after the next replay caught up, want the reverse path's 59000", h)

@@ -75,6 +75,7 @@ type sessionHook struct {
 	tracking   atomic.Int32       // sessions tracking their unwritten live deliveries (replay_hold.go)
 	reverse    *reverseProgress   // caps positions at what the reverse path handed out (nil: no reverse path)
 	canRead    readCheck          // the MQTT ACL's read check (auth.go; nil: everyone may read everything)
+	copies     liveCopies         // live deliveries that repeat a replay's, not written (replay_copies.go)
 }
 
 // ownedSession is a session this instance owns: the connection that
@@ -131,6 +132,10 @@ func (h *sessionHook) Provides(b byte) bool {
 func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	if cl.Net.Inline {
 		return
+	}
+	if existing, ok := h.server.Clients.Get(cl.ID); ok && existing != cl {
+		// Before mochi moves its messages in flight here (to resend them).
+		h.dropCopies(existing, false)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
 	defer cancel()
@@ -442,7 +447,11 @@ func (h *sessionHook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 
 // OnDisconnect records that the client went, or ends a clean session.
 func (h *sessionHook) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
-	if cl.Net.Inline || cl.IsTakenOver() {
+	if cl.Net.Inline {
+		return
+	}
+	h.dropCopies(cl, true) // not written now; a resume here would resend them
+	if cl.IsTakenOver() {
 		return
 	}
 	o := h.ownedBy(cl)
@@ -491,7 +500,17 @@ func (h *sessionHook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, 
 		if pk.FixedHeader.Dup && o.pos.isPending(pk.PacketID) {
 			return
 		}
-		c, ok := h.inj.of(pk.Origin)
+		m, ok := h.inj.message(pk.Origin)
+		if !pk.FixedHeader.Dup {
+			h.copies.unmark(cl, pk.PacketID)
+			// The injected message itself (not a retained one mochi sends
+			// on a SUBSCRIBE meanwhile), and its replay delivered it.
+			if ok && m.topic == pk.TopicName && !pk.FixedHeader.Retain && o.pos.liveCopy(m.c, pk.TopicName) &&
+				h.discardCopy(cl, pk) {
+				return
+			}
+		}
+		c := m.c
 		if ok {
 			o.pos.sent(pk.PacketID, c)
 		}

@@ -25,6 +25,7 @@ type stateMetrics struct {
 	replayFirst    prometheus.Histogram
 	replayDuration prometheus.Histogram
 	replayRead     prometheus.Counter
+	liveCopies     prometheus.Counter
 	wills          *prometheus.CounterVec
 }
 
@@ -59,6 +60,8 @@ func newStateMetrics(reg prometheus.Registerer) (*stateMetrics, error) {
 			Help: "From a resumed session's CONNACK until its replay caught up and its subscriptions went live.", Buckets: latency}),
 		replayRead: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_sessions_replay_read_total",
 			Help: "Kafka records session replays read, matching or not (the reverse topics may carry any MQTT topic, so a replay reads them all from the session's positions or horizon)."}),
+		liveCopies: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_sessions_live_copies_discarded_total",
+			Help: "Live deliveries to resumed sessions not written because the session's replay had delivered the same Kafka record (the reverse path handing out below the replay's end: lagging, or a topic it found after the resume)."}),
 		wills: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_wills_published_total",
 			Help: "Wills this instance published on behalf of another, by reason (dead_instance: the client's instance stopped heartbeating)."}, []string{"reason"}),
 	}
@@ -71,7 +74,7 @@ func newStateMetrics(reg prometheus.Registerer) (*stateMetrics, error) {
 		m.replayed.WithLabelValues(k)
 	}
 	for _, c := range []prometheus.Collector{m.writes, m.writeSeconds, m.connectWrite, m.subscribeWrite, m.resumed,
-		m.subsDenied, m.takenOver, m.repaired, m.refused, m.retainedWrites, m.replayed, m.replayFirst, m.replayDuration, m.replayRead, m.wills} {
+		m.subsDenied, m.takenOver, m.repaired, m.refused, m.retainedWrites, m.replayed, m.replayFirst, m.replayDuration, m.replayRead, m.liveCopies, m.wills} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("state metrics: %w", err)
 		}
