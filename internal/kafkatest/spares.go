@@ -116,6 +116,9 @@ func StartSparesFor(brokerTests, clusterTests []string) *Spares {
 
 // selected counts the tests the -test.run pattern selects (all without one).
 func selected(tests []string) int {
+	if l := flag.Lookup("test.list"); l != nil && l.Value.String() != "" {
+		return 0 // go test -list runs no test
+	}
 	f := flag.Lookup("test.run")
 	if f == nil || f.Value.String() == "" {
 		return len(tests)
