@@ -253,16 +253,7 @@ func TestRetainedFromPeerWrittenOnce(t *testing.T) {
 		for _, c := range []*Config{&ca, &cb} {
 			c.Reverse.Topics, c.Reverse.StartOffset = []string{k}, "earliest"
 		}
-		adm, err := kgo.NewClient(kgo.SeedBrokers(ca.Kafka.Brokers...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer adm.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := kadm.NewClient(adm).CreateTopic(ctx, 1, 1, nil, k); err != nil {
-			t.Fatal(err)
-		}
+		kafkatest.CreateTopic(t, strings.Join(ca.Kafka.Brokers, ","), k, 1, nil)
 		a, b := startBridge(t, ca), startBridge(t, cb)
 		pubID := "pub-" + randHex(4)
 		pub := connectPaho(t, b.MQTTAddr(), pubID)
@@ -303,16 +294,8 @@ func TestRetainedWithoutCreationTimeStays(t *testing.T) {
 	topic := "cfg/" + randHex(4)
 	v, _ := json.Marshal(&retainedValue{Msg: storage.Message{TopicName: topic, Payload: []byte("old"),
 		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Retain: true}}})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Kafka.Brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: cfg.State.RetainedTopic, Key: []byte(topic), Value: v}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	produceAll(t, kgoProducer(t, strings.Join(cfg.Kafka.Brokers, ",")),
+		[]*kgo.Record{{Topic: cfg.State.RetainedTopic, Key: []byte(topic), Value: v}})
 	waitFor(t, 10*time.Second, "the retained record applied", func() bool {
 		_, ok := b.server.Topics.Retained.Get(topic)
 		return ok

@@ -3,7 +3,7 @@
 # how often it failed.
 #
 #   scripts/flaky.sh N [go test args...]   N runs of `go test -race -count=1 -p 1` over the
-#                                          given packages (default: the heavy ones, ./bridge/
+#                                          given packages (default: ./bridge/
 #                                          ./cmd/probe/ ./probe/ ./ringbuffer/) against the
 #                                          Kafka of scripts/kafka.sh (started if needed)
 #   scripts/flaky.sh --clone N             N runs of .ci/run, each on a fresh clone of HEAD
