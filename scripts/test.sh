@@ -174,11 +174,11 @@ phase_start "go-test"
 #   - the bridge package (most of the run; its tests mostly wait on Kafka,
 #     on processes they start and on timers) runs as two processes at once,
 #     its tests dealt to them in turn (go test -list order);
-#   - then the latency-sensitive packages, alone.
-# cmd/probe runs with the light packages: its README runs load the machine,
-# but nothing in it measures a latency. (A new package is light until it is
-# named in heavy.)
-heavy=(./bridge/ ./probe/ ./ringbuffer/)
+#   - then the other heavy packages, alone: cmd/probe's README runs load the
+#     machine (and start bridges on the README's ports), probe and ringbuffer
+#     measure latencies.
+# (A new package is light until it is named in heavy.)
+heavy=(./bridge/ ./cmd/probe/ ./probe/ ./ringbuffer/)
 beside_pid=
 go_test_failed=0
 if ((${#test_args[@]} > 0)) && [[ "${test_args[-1]}" == ./... && ${#pkgs[@]} == 1 ]]; then

@@ -357,7 +357,9 @@ func TestReadmeReferenceTests(t *testing.T) {
 	root := repoRootDir(t)
 	kafka := kafkatest.StartBroker(t).Addr
 	mqttAddr := freeAddr(t)
-	sh := shell{t: t, root: root}
+	// The bridge's HTTP listener on a free port too: 127.0.0.1:8080 may be taken
+	// (a test of another package running at the same time took it once).
+	sh := shell{t: t, root: root, env: []string{"FERRY_HTTP_LISTEN=" + freeAddr(t)}}
 	subst := strings.NewReplacer("127.0.0.1:9092", kafka, "127.0.0.1:21883", mqttAddr)
 	var probes int
 	for _, line := range sectionCommands(t, root, "README.md", "The probe: two reference runs") {
