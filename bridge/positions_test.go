@@ -84,12 +84,9 @@ func pendingOf(rec *state.Session) []state.Pending {
 // next crash a resume skipped them (the full-size sessions soak lost a
 // whole stream of two sessions this way, a hypothesis this test pins).
 func TestResendKeepsItsCoordinate(t *testing.T) {
-	server := mqtt.New(&mqtt.Options{InlineClient: true})
-	h := newSessionHook(testLogger(t), server, nil, "a", time.Second, nil)
+	h, o := hookWithSession(t)
 	h.inj = new(injections)
-	cl := server.NewClient(nil, "t", "dev", false)
-	o := &ownedSession{cl: cl, pos: newSessionPositions(nil, nil, 0, nil)}
-	h.owned["dev"] = o
+	cl := o.cl
 	first := coord{"k", 0, 7}
 	live := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, PacketID: 3, Origin: "pub"}
 	h.inj.begin("pub", first, "")
@@ -115,11 +112,8 @@ func TestResendKeepsItsCoordinate(t *testing.T) {
 // them for acknowledgements moved the position past a message the client
 // never acknowledged.
 func TestSessionAckIsTheClients(t *testing.T) {
-	server := mqtt.New(&mqtt.Options{InlineClient: true})
-	h := newSessionHook(testLogger(t), server, nil, "a", time.Second, nil)
-	cl := server.NewClient(nil, "t", "dev", false)
-	o := &ownedSession{cl: cl, pos: newSessionPositions(nil, nil, 0, nil)}
-	h.owned["dev"] = o
+	h, o := hookWithSession(t)
+	cl := o.cl
 	o.pos.sent(3, coord{"k", 0, 7})
 	for _, typ := range []byte{packets.Puback, packets.Pubcomp, packets.Pubrel} {
 		own := packets.Packet{FixedHeader: packets.FixedHeader{Type: typ}, PacketID: 3, Created: time.Now().Unix()}
@@ -270,4 +264,15 @@ func TestYieldedResendIsResentAgain(t *testing.T) {
 	if _, resend, _ := p.replayAction(coord{"k", 0, 8}); resend {
 		t.Fatal("offset 8 resent under packet id 9, which is pending for offset 7")
 	}
+}
+
+// hookWithSession is a session hook of a broker without listeners that owns
+// the persistent session of client "dev" (not connected; no table).
+func hookWithSession(t *testing.T) (*sessionHook, *ownedSession) {
+	t.Helper()
+	server := mqtt.New(&mqtt.Options{InlineClient: true})
+	h := newSessionHook(testLogger(t), server, nil, "a", time.Second, nil)
+	o := &ownedSession{cl: server.NewClient(nil, "t", "dev", false), pos: newSessionPositions(nil, nil, 0, nil)}
+	h.owned["dev"] = o
+	return h, o
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
-	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -47,26 +46,12 @@ func TestResumeDeliversReverseTopicRecordsOnce(t *testing.T) {
 	defer sub.Disconnect(100)
 	counts := map[string]int{}
 	deadline := time.After(30 * time.Second)
-	for counts["m0"] == 0 || counts["m1"] == 0 || counts["m2"] == 0 {
-		select {
-		case p := <-got:
-			counts[p]++
-		case <-deadline:
-			t.Fatalf("after the reconnect the session got %v, want m0, m1 and m2", counts)
-		}
-	}
+	countUntil(t, got, counts, deadline, "m0", "m1", "m2")
 	// Once the replay is over, a last record of the same partition is the
 	// barrier: a copy of m0..m2 from any path comes before it.
 	waitFor(t, 30*time.Second, "the replay to end", func() bool { return b.sessionHook.inj.replaying.Load() == 0 })
 	produceAll(t, pr, []*kgo.Record{{Topic: k, Value: []byte("end")}})
-	for counts["end"] == 0 {
-		select {
-		case p := <-got:
-			counts[p]++
-		case <-deadline:
-			t.Fatalf("the live record after the replay did not arrive: got %v", counts)
-		}
-	}
+	countUntil(t, got, counts, deadline, "end")
 	wantOnce(t, counts, "m0", "m1", "m2", "end")
 	// 3 when the reverse path found the topic after the replay, as it
 	// does unless the resume is seconds late.
@@ -116,28 +101,30 @@ func TestResumeDeliversForwardTopicRecordsOnceBehindReverse(t *testing.T) {
 	defer sub.Disconnect(100)
 	counts := map[string]int{}
 	deadline := time.After(30 * time.Second)
-	for counts["m0"] == 0 || counts["m1"] == 0 || counts["m2"] == 0 {
-		select {
-		case p := <-got:
-			counts[p]++
-		case <-deadline:
-			t.Fatalf("after the reconnect the session got %v, want m0, m1 and m2", counts)
-		}
-	}
+	countUntil(t, got, counts, deadline, "m0", "m1", "m2")
 	waitFor(t, 30*time.Second, "the replay to end", func() bool { return b.sessionHook.inj.replaying.Load() == 0 })
 	close(hold) // B's reverse path catches up: m0..m2, then the barrier
 	publish("end")
-	for counts["end"] == 0 {
-		select {
-		case p := <-got:
-			counts[p]++
-		case <-deadline:
-			t.Fatalf("the live message after the replay did not arrive: got %v", counts)
-		}
-	}
+	countUntil(t, got, counts, deadline, "end")
 	wantOnce(t, counts, "m0", "m1", "m2", "end")
 	if n := metricValue(t, b, "ferry_sessions_live_copies_discarded_total", nil); n != 3 {
 		t.Errorf("%v live copies discarded, want 3 (B's reverse path handed out m0..m2 after the replay)", n)
+	}
+}
+
+// countUntil counts the payloads arriving on got until each of want has
+// come at least once, failing at deadline with what came.
+func countUntil(t *testing.T, got <-chan string, counts map[string]int, deadline <-chan time.Time, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		for counts[w] == 0 {
+			select {
+			case p := <-got:
+				counts[p]++
+			case <-deadline:
+				t.Fatalf("the session got %v, want %v at least once each", counts, want)
+			}
+		}
 	}
 }
 
@@ -161,12 +148,9 @@ func wantOnce(t *testing.T, counts map[string]int, msgs ...string) {
 // SUBSCRIBE while the record at 3 is injected are delivered. A packet that
 // reuses the id of a copy mochi dropped unwritten is written.
 func TestLiveCopyDiscardedAndNothingElse(t *testing.T) {
-	server := mqtt.New(&mqtt.Options{InlineClient: true})
-	h := newSessionHook(testLogger(t), server, nil, "a", time.Second, nil)
+	h, o := hookWithSession(t)
 	h.inj = new(injections)
-	cl := server.NewClient(nil, "t", "dev", false)
-	o := &ownedSession{cl: cl, pos: newSessionPositions(nil, nil, 0, nil)}
-	h.owned["dev"] = o
+	cl := o.cl
 	o.pos.startReplay([]string{"q/#"})
 	o.pos.replayed(tp{"k", 0}, 5)
 	o.pos.caughtUp(0)

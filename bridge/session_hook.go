@@ -586,14 +586,23 @@ func (h *sessionHook) end(o *ownedSession) {
 	// Not waited for: ending a session promises the client nothing, and a
 	// disconnect must not wait for an unreachable Kafka. Writes of one key
 	// keep their order, so it lands after the claim.
-	id := o.rec.Client
-	h.table.WriteAsync(id, nil, func(err error) {
+	h.writeAsync(o.rec.Client, nil, "end", "session end not written to Kafka", nil)
+}
+
+// writeAsync writes id's record (nil: a tombstone) without waiting for
+// Kafka, counts the outcome, logs a failure as msg (rate-limited per kind
+// and client) and calls ok, if not nil, once the write is acknowledged.
+func (h *sessionHook) writeAsync(id string, v []byte, kind, msg string, ok func()) {
+	h.table.WriteAsync(id, v, func(err error) {
 		if err != nil {
 			h.metrics.writes.WithLabelValues("error").Inc()
-			h.logs.Warn("end:"+id, "session end not written to Kafka", "client", id, "err", err)
+			h.logs.Warn(kind+":"+id, msg, "client", id, "err", err)
 			return
 		}
 		h.metrics.writes.WithLabelValues("ok").Inc()
+		if ok != nil {
+			ok()
+		}
 	})
 }
 
@@ -632,14 +641,7 @@ func (h *sessionHook) putAsync(rec *state.Session) {
 	if err != nil {
 		return
 	}
-	h.table.WriteAsync(rec.Client, v, func(err error) {
-		if err != nil {
-			h.metrics.writes.WithLabelValues("error").Inc()
-			h.logs.Warn("claim:"+rec.Client, "clean session claim not written to Kafka", "client", rec.Client, "err", err)
-			return
-		}
-		h.metrics.writes.WithLabelValues("ok").Inc()
-	})
+	h.writeAsync(rec.Client, v, "claim", "clean session claim not written to Kafka", nil)
 }
 
 func (h *sessionHook) put(ctx context.Context, rec *state.Session) error {
@@ -733,15 +735,7 @@ func (h *sessionHook) takenOver(o *ownedSession, rec *state.Session) {
 // endStale deletes again a session its new owner ended, which a late write
 // of this instance brought back (lostSessions).
 func (h *sessionHook) endStale(id string) {
-	h.table.WriteAsync(id, nil, func(err error) {
-		if err != nil {
-			h.metrics.writes.WithLabelValues("error").Inc()
-			h.logs.Warn("stale:"+id, "could not delete a late write of an ended session", "client", id, "err", err)
-			return
-		}
-		h.metrics.writes.WithLabelValues("ok").Inc()
-		h.metrics.repaired.Inc()
-	})
+	h.writeAsync(id, nil, "late", "could not delete a late write of an ended session", h.metrics.repaired.Inc)
 }
 
 // checkpointEvery is how often a connected persistent session's positions
