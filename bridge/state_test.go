@@ -561,6 +561,15 @@ func TestSessionQueueCap(t *testing.T) {
 			if m := next(); m != marker {
 				t.Fatalf("resume: got %v, want %v then %s (the rest of the queue is beyond state.max_queued)", seen, want, marker)
 			}
+			// Paho sends a PUBACK after its handler returns, and its
+			// Disconnect does not wait for it: an unacknowledged marker
+			// is redelivered on the next resume, as it must be. The
+			// next resume's assertion is about the queue cap, so the
+			// client leaves only once the instance has every PUBACK.
+			waitFor(t, 10*time.Second, "the instance has the client's PUBACKs", func() bool {
+				cl, ok := inst.server.Clients.Get(id)
+				return ok && cl.State.Inflight.Len() == 0
+			})
 		}
 		resume(b, "live1", "m0", "m1", "m2")
 		if d := metricValue(t, b, "ferry_dropped_total", map[string]string{"reason": "session_queue_full"}); d != 7 {
