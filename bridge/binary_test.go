@@ -28,11 +28,21 @@ var (
 	binErr  error
 )
 
-// bridgeBinary builds ./cmd/bridge once per test binary run and returns its
-// path.
+// bridgeBinary returns the path of a cmd/bridge binary: the one
+// FERRY_TEST_BRIDGE_BIN names (scripts/test.sh builds it once, beside
+// Kafka's start, for every test process), else one built here once per
+// test binary run. Both are plain `go build`s, the same build as the
+// README's `go run ./cmd/bridge`, so that one compilation serves all.
 func bridgeBinary(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
+		if p := os.Getenv("FERRY_TEST_BRIDGE_BIN"); p != "" {
+			if _, err := os.Stat(p); err != nil {
+				binErr = fmt.Errorf("FERRY_TEST_BRIDGE_BIN: %w", err)
+			}
+			binPath = p
+			return
+		}
 		dir, err := os.MkdirTemp("", "ferry-bin-")
 		if err != nil {
 			binErr = err
@@ -40,7 +50,6 @@ func bridgeBinary(t testing.TB) string {
 		}
 		binPath = filepath.Join(dir, "ferry-bridge")
 		cmd := exec.Command("go", "build", "-o", binPath, "../cmd/bridge")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			binErr = fmt.Errorf("go build ./cmd/bridge: %w\n%s", err, out)
 		}

@@ -33,6 +33,7 @@ summary() {
 	local rc=$?
 	[[ -z "${beside_pid:-}" ]] || kill "$beside_pid" 2>/dev/null || true
 	[[ -z "${build_pid:-}" ]] || kill "$build_pid" 2>/dev/null || true
+	[[ -z "${bin_dir:-}" ]] || rm -rf "$bin_dir"
 	for p in "${shard_pids[@]:-}"; do [[ -z "$p" ]] || kill "$p" 2>/dev/null || true; done
 	if ((KAFKA_STARTED)); then
 		scripts/kafka.sh down || true
@@ -94,6 +95,19 @@ done
 # 80 s with cold caches (it then checks the race build's files: bridge/race_test.go, not
 # bridge/norace_test.go, one constant).
 build_dir=$(mktemp -d)
+# The plain (not race) build of the binaries, beside the race build: the bridge tests that
+# run cmd/bridge as a child process take it from FERRY_TEST_BRIDGE_BIN (one build for every
+# test process, instead of one each, at once), and cmd/probe's README runs `go run` the
+# same build from the cache.
+bin_dir=$(mktemp -d)
+export FERRY_TEST_BRIDGE_BIN="$bin_dir/ferry-bridge"
+(
+	t0=$(now_ms)
+	go build -o "$FERRY_TEST_BRIDGE_BIN" ./cmd/bridge >"$build_dir/bin.log" 2>&1 &&
+		go build -o /dev/null ./cmd/probe >>"$build_dir/bin.log" 2>&1 || true
+	echo "$(secs_since "$t0")" >"$build_dir/bin.done"
+) &
+bin_pid=$!
 (
 	t0=$(now_ms)
 	# Builds every test binary and runs none of its tests (-run '^$'): the build cache then
@@ -157,10 +171,16 @@ phase_start "go-vet"
 # Started beside Kafka (above): this phase is the wait for it, then for the test build.
 wait "$build_pid" || true
 build_pid=
+wait "$bin_pid" 2>/dev/null || true
 read -r vet_rc vet_took <"$build_dir/vet.rc"
 cat "$build_dir/vet.log" >&2
 ((vet_rc == 0)) || FAILED+=("go vet")
-TIMINGS+=("vet-beside-kafka=$vet_took" "test-build-beside-kafka=$(<"$build_dir/build.done")")
+if [[ ! -x "$FERRY_TEST_BRIDGE_BIN" ]]; then
+	cat "$build_dir/bin.log" >&2
+	unset FERRY_TEST_BRIDGE_BIN # the tests build it themselves (and report the error)
+fi
+TIMINGS+=("vet-beside-kafka=$vet_took" "test-build-beside-kafka=$(<"$build_dir/build.done")"
+	"bin-build-beside-kafka=$(<"$build_dir/bin.done")")
 rm -rf "$build_dir"
 phase_end
 
