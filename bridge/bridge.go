@@ -25,6 +25,8 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferry-bridge/ferry/internal/kafkaclient"
+	"github.com/ferry-bridge/ferry/producer"
 	"github.com/ferry-bridge/ferry/ringbuffer"
 	"github.com/ferry-bridge/ferry/state"
 	"github.com/ferry-bridge/ferry/topicmap"
@@ -42,11 +44,10 @@ type Bridge struct {
 	hook        *hook
 	wills       *willKeeper
 	willsDone   chan struct{}
-	ring        *ringbuffer.Ring[*record]
+	ring        *ringbuffer.Ring[*producer.Record]
 	tm          *topicmap.Map
 	kclient     *kafka.Client
-	topics      *topicManager
-	producer    *producer
+	producer    *producer.Producer
 	reverse     *reverse
 	order       *inflightOrder
 	sessions    *state.Table
@@ -100,7 +101,7 @@ func New(cfg Config, log *slog.Logger, reg *prometheus.Registry) (*Bridge, error
 	if err != nil {
 		return nil, fmt.Errorf("topics: %w", err)
 	}
-	ring, err := ringbuffer.New[*record](cfg.Ring.Capacity)
+	ring, err := ringbuffer.New[*producer.Record](cfg.Ring.Capacity)
 	if err != nil {
 		return nil, fmt.Errorf("ring: %w", err)
 	}
@@ -207,9 +208,9 @@ func (b *Bridge) start(ctx context.Context) error {
 		return err
 	}
 	b.kclient = &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: b.cfg.Kafka.AckTimeout, Transport: transport}
-	b.topics = newTopicManager(b.cfg.Kafka, b.log, b.kclient, b.metrics)
-	b.topics.embedded = b.embedded != nil
-	b.producer, err = newProducer(b.cfg.Kafka, b.log, b.kclient, b.topics, b.ring, b.metrics)
+	pcfg := b.cfg.Kafka.producerConfig()
+	pcfg.Embedded = b.embedded != nil
+	b.producer, err = producer.New(pcfg, b.log, b.kclient, b.ring, b.metrics.producer())
 	if err != nil {
 		return err
 	}
@@ -247,7 +248,7 @@ func (b *Bridge) start(ctx context.Context) error {
 	b.server = mqtt.New(b.mochiOptions())
 	b.hook = &hook{cfg: b.cfg, log: b.log, tm: b.tm, ring: b.ring, metrics: b.metrics, server: b.server,
 		logs: newRateLimiter(b.log, 10*time.Second), origin: []byte(b.cfg.Instance.ID), locals: newLocalPublishers(),
-		order: b.producer.order}
+		producer: b.producer}
 	if b.canRead, err = addAuth(b.server, b.cfg.MQTT); err != nil {
 		return err
 	}
@@ -287,7 +288,7 @@ func (b *Bridge) start(ctx context.Context) error {
 	b.workers.Add(1)
 	go func() {
 		defer b.workers.Done()
-		b.producer.run(hard)
+		b.producer.Run(hard)
 	}()
 
 	if len(b.cfg.Reverse.Topics) > 0 {
@@ -480,9 +481,7 @@ func (b *Bridge) shutdown() error {
 		if b.kclient != nil {
 			// Its connection pools, and the goroutine that refreshes the
 			// cluster's metadata every 3 s, outlive the producer otherwise.
-			if t, ok := b.kclient.Transport.(*kafka.Transport); ok {
-				t.CloseIdleConnections()
-			}
+			kafkaclient.CloseIdle(b.kclient)
 		}
 		if b.http != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)

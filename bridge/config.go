@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ferry-bridge/ferry/producer"
 	"github.com/ferry-bridge/ferry/topicmap"
 )
 
@@ -193,6 +194,13 @@ type KafkaConfig struct {
 	SASL             SASLConfig `mapstructure:"sasl" yaml:"sasl"`
 }
 
+// producerConfig is what the producer takes of k.
+func (k KafkaConfig) producerConfig() producer.Config {
+	return producer.Config{Acks: k.Acks, AckTimeout: k.AckTimeout, Linger: k.Linger, MaxBatch: k.MaxBatch,
+		MaxBatchBytes: k.MaxBatchBytes, Compression: k.Compression, Partitions: k.Partitions,
+		ReplicationFactor: k.ReplicationFactor, MaxCreatedTopics: k.MaxCreatedTopics}
+}
+
 // RingConfig configures the buffer between MQTT and Kafka.
 type RingConfig struct {
 	// Capacity in messages, a power of two. Default: 65536.
@@ -281,7 +289,7 @@ type LogConfig struct {
 // topics with the cluster's own replication factor: Kafka applies its
 // brokers' default.replication.factor to a CreateTopics request whose
 // replication factor is -1 (CreateTopics v4+, Kafka 2.4+).
-const clusterReplicationFactor = -1
+const clusterReplicationFactor = producer.ClusterReplicationFactor
 
 // DefaultConfig returns the configuration used where nothing else is given.
 func DefaultConfig() Config {
@@ -426,7 +434,7 @@ func (c Config) Validate() error {
 	if c.Kafka.MaxBatchBytes < 1024 {
 		bad("kafka.max_batch_bytes", c.Kafka.MaxBatchBytes, "must be at least 1024")
 	}
-	if _, err := compressionCodec(c.Kafka.Compression); err != nil {
+	if err := producer.CheckCompression(c.Kafka.Compression); err != nil {
 		bad("kafka.compression", c.Kafka.Compression, "%v", err)
 	}
 	if c.Kafka.Partitions < 1 {

@@ -2,8 +2,6 @@ package bridge
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -17,25 +15,13 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/ferry-bridge/ferry/internal/testhelp"
 )
 
-// testLogger writes to the test log only when FERRY_TEST_LOG is set.
-func testLogger(t testing.TB) *slog.Logger {
-	if os.Getenv("FERRY_TEST_LOG") == "" {
-		// Quiet, but a failing test shows what the bridge warned about
-		// (a clean-clone run's failure is all one gets).
-		buf := &cappedBuffer{max: 64 << 10}
-		t.Cleanup(func() {
-			if t.Failed() && buf.Len() > 0 {
-				t.Logf("the bridge's warnings (FERRY_TEST_LOG=1 shows every line):\n%s", buf)
-			}
-		})
-		return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	}
-	level := slog.LevelDebug // FERRY_TEST_LOG=1; or a level name: FERRY_TEST_LOG=warn
-	_ = level.UnmarshalText([]byte(os.Getenv("FERRY_TEST_LOG")))
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-}
+// testLogger is the bridge's logger in tests (testhelp.Logger): quiet
+// unless FERRY_TEST_LOG is set; a failing test shows its warnings.
+func testLogger(t testing.TB) *slog.Logger { return testhelp.Logger(t) }
 
 // testConfig is a bridge config on loopback port 0 with no HTTP server.
 func testConfig(brokers string) Config {
@@ -117,13 +103,7 @@ func awaitReady(t testing.TB, b *Bridge, errc <-chan error) {
 	}
 }
 
-func randHex(n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		panic(err)
-	}
-	return hex.EncodeToString(b)
-}
+func randHex(n int) string { return testhelp.RandHex(n) }
 
 // uniqueTopic returns an MQTT topic whose default Kafka mapping is fresh.
 func uniqueTopic(prefix string) string {
@@ -206,13 +186,7 @@ func topicConfig(t testing.TB, brokers []string, topic, name string) string {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testhelp.WaitFor(t, timeout, what, cond)
 }
 
 // rawConn is a plain TCP connection for malformed-input tests.
@@ -228,25 +202,3 @@ func rawConn(t testing.TB, addr string) net.Conn {
 
 var _ = io.Discard
 var _ = fmt.Sprintf
-
-// cappedBuffer keeps the first max bytes written to it.
-type cappedBuffer struct {
-	lockedBuffer
-	max int
-}
-
-func (c *cappedBuffer) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.b.Len()+len(p) <= c.max {
-		c.b.Write(p)
-	}
-	return len(p), nil
-}
-
-// Len returns how many bytes it keeps.
-func (c *cappedBuffer) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.b.Len()
-}

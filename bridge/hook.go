@@ -15,6 +15,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/ferry-bridge/ferry/producer"
 	"github.com/ferry-bridge/ferry/ringbuffer"
 	"github.com/ferry-bridge/ferry/topicmap"
 )
@@ -41,14 +42,14 @@ import (
 // connection, positive or negative, leaves through its queue.
 type hook struct {
 	mqtt.HookBase
-	cfg     Config
-	log     *slog.Logger
-	tm      *topicmap.Map
-	ring    *ringbuffer.Ring[*record]
-	metrics *metrics
-	server  *mqtt.Server
-	logs    *rateLimiter
-	order   *keyOrder // the producer's per-key order; ring eviction reports to it
+	cfg      Config
+	log      *slog.Logger
+	tm       *topicmap.Map
+	ring     *ringbuffer.Ring[*producer.Record]
+	metrics  *metrics
+	server   *mqtt.Server
+	logs     *rateLimiter
+	producer *producer.Producer // ring eviction reports its failures to it
 
 	seq    atomic.Uint64
 	origin []byte
@@ -225,7 +226,7 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		if h.inj != nil {
 			// mochi delivers it on this goroutine next; OnPublished ends it
 			// (or OnDisconnect, when mochi fails the PUBREC's write first).
-			h.inj.begin(cl.ID, coord{rec.topic, rec.part, rec.offset}, pk.TopicName)
+			h.inj.begin(cl.ID, coord{rec.Topic, rec.Partition, rec.Offset}, pk.TopicName)
 			h.queue(cl).injecting.Store(true)
 		}
 		return pk, nil
@@ -244,7 +245,7 @@ func (h *hook) OnPublished(cl *mqtt.Client, pk packets.Packet) {
 	}
 }
 
-func (h *hook) newRecord(cl *mqtt.Client, pk packets.Packet, route topicmap.Route) *record {
+func (h *hook) newRecord(cl *mqtt.Client, pk packets.Packet, route topicmap.Route) *producer.Record {
 	now := time.Now()
 	hs := make([]kafka.Header, 0, 6+len(route.Headers)+len(pk.Properties.User))
 	hs = append(hs,
@@ -267,7 +268,7 @@ func (h *hook) newRecord(cl *mqtt.Client, pk packets.Packet, route topicmap.Rout
 		hs = append(hs, kafka.Header{Key: rh.Key, Value: rh.Value})
 	}
 	hs = h.appendUserProps(hs, pk.Properties.User)
-	return &record{topic: route.Topic, key: route.Key, value: pk.Payload, headers: hs, received: now}
+	return &producer.Record{Topic: route.Topic, Key: route.Key, Value: pk.Payload, Headers: hs, Received: now}
 }
 
 // appendUserProps adds the client's MQTT v5 user properties as headers,
@@ -294,18 +295,18 @@ func (h *hook) appendUserProps(hs []kafka.Header, user []packets.UserProperty) [
 	return hs
 }
 
-func (h *hook) enqueueQoS0(rec *record) {
+func (h *hook) enqueueQoS0(rec *producer.Record) {
 	switch h.cfg.Ring.QoS0Policy {
 	case "drop-oldest":
 		old, evicted, err := h.ring.PushEvict(rec)
 		if evicted {
 			// The oldest record may be a QoS 1 publish still waiting: it is
 			// refused to its client, never silently lost.
-			// Later records of its key still in the ring fail too (keyOrder),
-			// so none of them overtakes it.
+			// Later records of its key still in the ring fail too
+			// (producer.Failed), so none of them overtakes it.
 			h.metrics.drops.WithLabelValues("ring_evicted").Inc()
-			old.complete(fmt.Errorf("%w: evicted by a newer QoS 0 message", ErrRingFull))
-			h.order.fail(old, time.Now())
+			old.Complete(fmt.Errorf("%w: evicted by a newer QoS 0 message", ErrRingFull))
+			h.producer.Failed(old, time.Now())
 		}
 		if err != nil {
 			h.metrics.drops.WithLabelValues("closed").Inc()
@@ -324,11 +325,11 @@ func (h *hook) enqueueQoS0(rec *record) {
 }
 
 // push waits for room in the ring until the record's deadline.
-func (h *hook) push(rec *record) error {
+func (h *hook) push(rec *producer.Record) error {
 	if h.ring.TryPush(rec) {
 		return nil
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), rec.deadline)
+	ctx, cancel := context.WithDeadline(context.Background(), rec.Deadline)
 	defer cancel()
 	if err := h.ring.Push(ctx, rec); err != nil {
 		if errors.Is(err, ringbuffer.ErrClosed) {
@@ -339,16 +340,16 @@ func (h *hook) push(rec *record) error {
 	return nil
 }
 
-func (h *hook) publishQoS1(cl *mqtt.Client, pk packets.Packet, rec *record) {
+func (h *hook) publishQoS1(cl *mqtt.Client, pk packets.Packet, rec *producer.Record) {
 	q := h.queue(cl)
-	rec.deadline = rec.received.Add(h.cfg.Kafka.AckTimeout)
+	rec.Deadline = rec.Received.Add(h.cfg.Kafka.AckTimeout)
 	// Bound the pipeline: wait for a slot as long as the client would wait
 	// for its acknowledgement anyway. (An MQTT v5 client never waits here:
 	// it is held to the Receive Maximum instead, see ackQueue.add.)
 	select {
 	case q.slots <- struct{}{}:
 	default:
-		t := time.NewTimer(time.Until(rec.deadline))
+		t := time.NewTimer(time.Until(rec.Deadline))
 		select {
 		case q.slots <- struct{}{}:
 			t.Stop()
@@ -366,8 +367,8 @@ func (h *hook) publishQoS1(cl *mqtt.Client, pk packets.Packet, rec *record) {
 	}
 	p := q.add(&pk, local)
 	p.slot = true
-	rec.done = func(err error) {
-		p.coord = coord{rec.topic, rec.part, rec.offset}
+	rec.Done = func(err error) {
+		p.coord = coord{rec.Topic, rec.Partition, rec.Offset}
 		if err == nil && local != nil {
 			p.floor = h.progress.localAcked(p.coord)
 		}
@@ -375,11 +376,11 @@ func (h *hook) publishQoS1(cl *mqtt.Client, pk packets.Packet, rec *record) {
 	}
 	if pk.FixedHeader.Retain && h.retained != nil {
 		// The PUBACK waits for the retained record too.
-		rec.done = joinDone(2, rec.done)
-		h.writeRetained(cl, &pk, rec.done)
+		rec.Done = joinDone(2, rec.Done)
+		h.writeRetained(cl, &pk, rec.Done)
 	}
 	if err := h.push(rec); err != nil {
-		rec.complete(err)
+		rec.Complete(err)
 	}
 }
 
@@ -400,31 +401,31 @@ func (h *hook) mayDeliverLocally(pk *packets.Packet) bool {
 // from Kafka's acknowledgement until mochi has delivered it here
 // (reverse_progress.go): from its turn on, mochi delivers it after the
 // PUBREC, and OnPublished (or OnDisconnect, when that write fails) lets go.
-func (h *hook) publishQoS2(cl *mqtt.Client, pk *packets.Packet, rec *record) bool {
+func (h *hook) publishQoS2(cl *mqtt.Client, pk *packets.Packet, rec *producer.Record) bool {
 	q := h.queue(cl)
-	rec.deadline = rec.received.Add(h.cfg.Kafka.AckTimeout)
+	rec.Deadline = rec.Received.Add(h.cfg.Kafka.AckTimeout)
 	p := q.add(pk, nil)
 	p.turn = make(chan error, 1)
 	local := h.mayDeliverLocally(pk)
 	var mu sync.Mutex // orders done's hold against a turn that never came
 	var held *coord   // the record holding the reverse path's progress
 	abandoned := false
-	rec.done = func(err error) {
+	rec.Done = func(err error) {
 		mu.Lock()
-		if c := (coord{rec.topic, rec.part, rec.offset}); err == nil && local && !abandoned && h.progress.localAcked(c) {
+		if c := (coord{rec.Topic, rec.Partition, rec.Offset}); err == nil && local && !abandoned && h.progress.localAcked(c) {
 			held = &c
 		}
 		mu.Unlock()
 		q.complete(p, err)
 	}
 	if pk.FixedHeader.Retain && h.retained != nil {
-		rec.done = joinDone(2, rec.done)
-		h.writeRetained(cl, pk, rec.done)
+		rec.Done = joinDone(2, rec.Done)
+		h.writeRetained(cl, pk, rec.Done)
 	}
 	if err := h.push(rec); err != nil {
-		rec.complete(err)
+		rec.Complete(err)
 	}
-	ok := h.waitTurn(cl, pk, p, rec.deadline)
+	ok := h.waitTurn(cl, pk, p, rec.Deadline)
 	mu.Lock()
 	defer mu.Unlock()
 	switch {

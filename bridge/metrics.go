@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferry-bridge/ferry/producer"
 )
 
 // The label values of the reason-labelled counters. Each series is
@@ -106,4 +108,19 @@ func newMetrics(reg prometheus.Registerer, ringLen, ringCap func() float64) (*me
 		}
 	}
 	return m, nil
+}
+
+// producer is the producer's share of the series.
+func (m *metrics) producer() producer.Metrics {
+	return producer.Metrics{
+		RecordsProduced: m.recordsProduced,
+		ProduceErrors:   m.produceErrors,
+		Dropped:         m.drops.WithLabelValues("ring_full"),
+		TopicsCreated:   m.topicsCreated,
+		BatchSize:       m.batchSize,
+		ProduceLatency:  m.produceLatency,
+		PublishToAck:    m.publishToAck,
+		Held:            m.producerHeld,
+		Topics:          m.producerTopics,
+	}
 }

@@ -5,53 +5,22 @@ import (
 	"crypto/x509"
 	"fmt"
 	"os"
-	"strings"
-	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/sasl"
-	"github.com/segmentio/kafka-go/sasl/plain"
-	"github.com/segmentio/kafka-go/sasl/scram"
+
+	"github.com/ferry-bridge/ferry/producer"
 )
 
 // newTransport builds the kafka-go transport with TLS and SASL from cfg.
 func newTransport(cfg KafkaConfig, clientID string) (*kafka.Transport, error) {
-	t := &kafka.Transport{ClientID: "ferry-" + clientID, DialTimeout: 5 * time.Second, MetadataTTL: 3 * time.Second}
+	var tc *tls.Config
 	if cfg.TLS.Enabled || cfg.TLS.CA != "" || cfg.TLS.Cert != "" {
-		tc, err := clientTLS(cfg.TLS)
-		if err != nil {
+		var err error
+		if tc, err = clientTLS(cfg.TLS); err != nil {
 			return nil, err
 		}
-		t.TLS = tc
 	}
-	if cfg.SASL.Mechanism != "" {
-		mech, err := saslMechanism(cfg.SASL)
-		if err != nil {
-			return nil, err
-		}
-		t.SASL = mech
-	}
-	return t, nil
-}
-
-func saslMechanism(cfg SASLConfig) (sasl.Mechanism, error) {
-	switch strings.ToUpper(cfg.Mechanism) {
-	case "PLAIN":
-		return plain.Mechanism{Username: cfg.Username, Password: cfg.Password}, nil
-	case "SCRAM-SHA-256":
-		m, err := scram.Mechanism(scram.SHA256, cfg.Username, cfg.Password)
-		if err != nil {
-			return nil, fmt.Errorf("kafka.sasl: %w", err)
-		}
-		return m, nil
-	case "SCRAM-SHA-512":
-		m, err := scram.Mechanism(scram.SHA512, cfg.Username, cfg.Password)
-		if err != nil {
-			return nil, fmt.Errorf("kafka.sasl: %w", err)
-		}
-		return m, nil
-	}
-	return nil, fmt.Errorf("kafka.sasl.mechanism=%q: unknown", cfg.Mechanism)
+	return producer.NewTransport(clientID, tc, producer.SASL{Mechanism: cfg.SASL.Mechanism, Username: cfg.SASL.Username, Password: cfg.SASL.Password})
 }
 
 func loadPool(path, key string) (*x509.CertPool, error) {

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/ferry-bridge/ferry/internal/kafkaclient"
 )
 
 // EnvVar names the environment variable holding the bootstrap address(es), comma-separated.
@@ -74,11 +76,7 @@ func Client(brokers string) *kafka.Client {
 // hundreds of them, against a Kafka holding the thousands of topics a test
 // run creates, took a clean-clone run's test binary to 11 GB and most of
 // both cores. c may be used again (a new pool is opened).
-func CloseClient(c *kafka.Client) {
-	if t, ok := c.Transport.(*kafka.Transport); ok {
-		t.CloseIdleConnections()
-	}
-}
+func CloseClient(c *kafka.Client) { kafkaclient.CloseIdle(c) }
 
 // Topic returns a topic name unique to this call: prefix, the sanitized test name and a
 // random suffix. Only [a-zA-Z0-9-] are used, so names never collide through '.' vs '_'.

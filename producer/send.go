@@ -1,4 +1,4 @@
-package bridge
+package producer
 
 import (
 	"context"
@@ -37,7 +37,7 @@ type callSlot struct {
 // dispatch sends one request to each broker that has ready partitions and
 // fewer than maxBrokerInflight requests in flight; it carries every ready
 // partition that broker leads.
-func (p *producer) dispatch(ctx context.Context) {
+func (p *Producer) dispatch(ctx context.Context) {
 	if len(p.ready) == 0 || p.dead {
 		return
 	}
@@ -91,7 +91,7 @@ func (p *producer) dispatch(ctx context.Context) {
 	}
 }
 
-func (p *producer) lingered(pq *partQ, now time.Time) bool {
+func (p *Producer) lingered(pq *partQ, now time.Time) bool {
 	return p.cfg.Linger <= 0 || p.closing || len(pq.q) >= p.cfg.MaxBatch || now.Sub(pq.since) >= p.cfg.Linger
 }
 
@@ -99,7 +99,7 @@ func (p *producer) lingered(pq *partQ, now time.Time) bool {
 // and what the request still takes) into c. It reports whether pq is now in
 // flight. Records that expired or must keep their key's order are failed on
 // the way.
-func (p *producer) add(c *produceCall, pq *partQ, now time.Time) bool {
+func (p *Producer) add(c *produceCall, pq *partQ, now time.Time) bool {
 	limit := p.cfg.MaxBatch
 	if pq.single > 0 {
 		limit = 1
@@ -152,14 +152,14 @@ func (p *producer) add(c *produceCall, pq *partQ, now time.Time) bool {
 // waits for Kafka and acknowledges the records of the partitions that
 // succeeded (their clients need not wait for the loop); the loop settles
 // the rest. The partitions' flight records are not changed while in flight.
-func (p *producer) send(ctx context.Context, c *produceCall) {
+func (p *Producer) send(ctx context.Context, c *produceCall) {
 	var krecs []kafka.Record
 	for _, sl := range c.slots {
 		start := len(krecs)
 		for _, r := range sl.pq.flight {
 			// Fresh readers for every attempt: a produce request reads them
 			// to the end; a retry with spent readers would write empty records.
-			krecs = append(krecs, kafka.Record{Time: r.received, Key: kafka.NewBytes(r.key), Value: kafka.NewBytes(r.value), Headers: r.headers})
+			krecs = append(krecs, kafka.Record{Time: r.Received, Key: kafka.NewBytes(r.Key), Value: kafka.NewBytes(r.Value), Headers: r.Headers})
 		}
 		c.req.Topics[sl.ti].Partitions[sl.pi].RecordSet.Records = protocol.NewRecordReader(krecs[start:]...)
 	}
@@ -185,7 +185,7 @@ func (p *producer) send(ctx context.Context, c *produceCall) {
 
 // settle gives each slot its outcome from the response and acknowledges
 // the records of those that succeeded.
-func (p *producer) settle(c *produceCall) {
+func (p *Producer) settle(c *produceCall) {
 	now := time.Now()
 	for i := range c.slots {
 		c.slots[i].err = errNoPartitionAnswer
@@ -214,20 +214,20 @@ func (p *producer) settle(c *produceCall) {
 			}
 		}
 	}
-	p.metrics.produceLatency.Observe(now.Sub(c.start).Seconds())
-	p.metrics.batchSize.Observe(float64(c.records))
+	p.metrics.ProduceLatency.Observe(now.Sub(c.start).Seconds())
+	p.metrics.BatchSize.Observe(float64(c.records))
 	for _, sl := range c.slots {
 		if sl.err != nil {
 			continue
 		}
 		for k, r := range sl.pq.flight {
 			if r.finish() {
-				r.part, r.offset = sl.pq.id, sl.base+int64(k)
-				p.metrics.publishToAck.Observe(now.Sub(r.received).Seconds())
+				r.Partition, r.Offset = sl.pq.id, sl.base+int64(k)
+				p.metrics.PublishToAck.Observe(now.Sub(r.Received).Seconds())
 				r.complete(nil)
 			}
 		}
-		p.metrics.recordsProduced.Add(float64(len(sl.pq.flight)))
+		p.metrics.RecordsProduced.Add(float64(len(sl.pq.flight)))
 	}
 }
 
@@ -279,7 +279,7 @@ func (f *slotFinder) find(topic string, part int32, ti, pi int) *callSlot {
 var errNoPartitionAnswer = errors.New("partition missing from the produce response")
 
 // finish applies the outcome of a request to each of its partitions.
-func (p *producer) finish(c *produceCall) {
+func (p *Producer) finish(c *produceCall) {
 	p.calls--
 	c.b.inflight--
 	now := time.Now()
@@ -298,7 +298,7 @@ func (p *producer) finish(c *produceCall) {
 }
 
 // outcome settles the records pq had in flight.
-func (p *producer) outcome(pq *partQ, err error, now time.Time) {
+func (p *Producer) outcome(pq *partQ, err error, now time.Time) {
 	switch {
 	case err == nil: // acknowledged by settle
 		p.held -= len(pq.flight)

@@ -1,4 +1,4 @@
-package bridge
+package producer
 
 import (
 	"context"
@@ -14,24 +14,29 @@ import (
 	"github.com/ferry-bridge/ferry/ringbuffer"
 )
 
-// record is one MQTT publish on its way to Kafka.
-type record struct {
-	topic   string
-	key     []byte
-	value   []byte
-	headers []kafka.Header
-	// received is when the broker accepted the publish; it is the record
-	// timestamp (CreateTime) and the start of the produce-latency metric.
-	received time.Time
-	// deadline is when a waiting MQTT client gives up; zero for QoS 0,
-	// which waits for Kafka as long as the bridge runs.
-	deadline time.Time
-	// done reports the outcome exactly once; nil for QoS 0.
-	done func(error)
-	// part and offset say where Kafka appended the record (set before done
-	// reports success): a persistent session's position (positions.go).
-	part   int32
-	offset int64
+// Record is one record on its way to Kafka. The caller fills it and
+// pushes it into the ring; the producer reports its outcome through Done
+// exactly once, and sets Partition and Offset before it reports success.
+type Record struct {
+	Topic   string
+	Key     []byte
+	Value   []byte
+	Headers []kafka.Header
+	// Received is when the record was accepted (for the bridge: when the
+	// broker accepted the publish); it is the record timestamp (CreateTime)
+	// and the start of the publish-to-ack metric.
+	Received time.Time
+	// Deadline is when the waiting client gives up: the producer fails the
+	// record then, whatever shares its request. Zero: no deadline, the
+	// record is retried while the producer runs (best effort, QoS 0).
+	Deadline time.Time
+	// Done reports the outcome exactly once (nil: a success, or an error
+	// wrapping one of the Err* values); nil Done: nobody waits (QoS 0).
+	Done func(error)
+	// Partition and Offset say where Kafka appended the record (set before
+	// Done reports success).
+	Partition int32
+	Offset    int64
 	// finished is set by whoever reports the outcome first: the request's
 	// goroutine on success, the producer's loop on failure or expiry (a
 	// record that expired in flight is not reported again when the response
@@ -39,30 +44,35 @@ type record struct {
 	finished atomic.Bool
 }
 
-func (r *record) size() int {
-	n := len(r.key) + len(r.value) + 64
-	for _, h := range r.headers {
+func (r *Record) size() int {
+	n := len(r.Key) + len(r.Value) + 64
+	for _, h := range r.Headers {
 		n += len(h.Key) + len(h.Value) + 8
 	}
 	return n
 }
 
-func (r *record) complete(err error) {
-	if r.done != nil {
-		r.done(err)
+// Complete reports err through Done, if set. For a record that never
+// reached the producer (refused or evicted before); the producer reports
+// the outcome of the records it takes itself.
+func (r *Record) Complete(err error) { r.complete(err) }
+
+func (r *Record) complete(err error) {
+	if r.Done != nil {
+		r.Done(err)
 	}
 }
 
 // finish claims the right to report r's outcome.
-func (r *record) finish() bool { return r.finished.CompareAndSwap(false, true) }
+func (r *Record) finish() bool { return r.finished.CompareAndSwap(false, true) }
 
-func (r *record) expired(now time.Time) bool {
-	return !r.deadline.IsZero() && now.After(r.deadline)
+func (r *Record) expired(now time.Time) bool {
+	return !r.Deadline.IsZero() && now.After(r.Deadline)
 }
 
-// producer drains the ring into Kafka. It is the batcher of the design: a
-// batch leaves as soon as the ring runs dry, never on a timer (unless
-// kafka.linger is set).
+// Producer drains the ring into Kafka (the package comment states its
+// promises). It is the batcher of the design: a batch leaves as soon as
+// the ring runs dry, never on a timer (unless Config.Linger is set).
 //
 // Shape: one loop goroutine owns all state. Records go into a queue per
 // partition; a partition has at most one produce request in flight, so
@@ -78,7 +88,7 @@ func (r *record) expired(now time.Time) bool {
 // Memory is bounded while Kafka is away: the loop stops taking records from
 // the ring when it holds heldCap records, or when a QoS 0 record finds its
 // healthy partition at partCap (it drains within a round trip); the ring
-// then fills and MQTT clients feel the backpressure. QoS 1/2 records queue
+// then fills and the callers feel the backpressure. QoS 1/2 records queue
 // beyond partCap: they are bounded by heldCap and their deadline, and a
 // partition whose broker hangs (no answer, no error until the ack timeout)
 // must not stop the loop before anyone can tell it from a slow one. A
@@ -87,16 +97,16 @@ func (r *record) expired(now time.Time) bool {
 // for QoS 0 records either: it drops them (counted).
 //
 // Every QoS 1/2 record fails at its own deadline, whatever shares its
-// request; QoS 0 records retry while the bridge runs. State of topics idle
-// for idleAfter is dropped: no goroutine or memory stays per topic.
-type producer struct {
-	cfg     KafkaConfig
+// request; QoS 0 records retry while the producer runs. State of topics
+// idle for idleAfter is dropped: no goroutine or memory stays per topic.
+type Producer struct {
+	cfg     Config
 	log     *slog.Logger
 	rt      kafka.RoundTripper
 	addr    net.Addr
 	topics  *topicManager
-	ring    *ringbuffer.Ring[*record]
-	metrics *metrics
+	ring    *ringbuffer.Ring[*Record]
+	metrics Metrics
 	order   *keyOrder
 	codec   kafka.Compression
 	acks    kafka.RequiredAcks
@@ -108,12 +118,12 @@ type producer struct {
 	hangAfter time.Duration // a request in flight this long stalls its partitions
 	tick      time.Duration // expiry, retry and idle sweep interval
 
-	// Owned by run.
+	// Owned by Run.
 	tqs       map[string]*topicQ
 	brokers   map[int32]*brokerQ
 	ready     []*partQ
 	held      int
-	parked    []*record       // records taken from the ring, waiting for room
+	parked    []*Record       // records taken from the ring, waiting for room
 	calls     int             // requests in flight
 	dead      bool            // hard shutdown: everything fails
 	closing   bool            // ring closed: no more records come
@@ -121,8 +131,8 @@ type producer struct {
 	metaWant  map[string]bool // topic -> force a metadata refresh
 	lastPrune time.Time
 
-	batches chan []*record
-	free    chan []*record
+	batches chan []*Record
+	free    chan []*Record
 	results chan *produceCall
 	metaRes chan []topicMeta
 }
@@ -133,11 +143,19 @@ type producer struct {
 // split the batches without a measured gain.
 const maxBrokerInflight = 2
 
-func newProducer(cfg KafkaConfig, log *slog.Logger, client *kafka.Client, topics *topicManager, ring *ringbuffer.Ring[*record], m *metrics) (*producer, error) {
+// New builds a producer that sends through client's transport (kafka-go's
+// DefaultTransport when it has none) to client.Addr, reading records from
+// ring. It creates the topics it does not find (see Config). Nothing runs
+// until Run. Nil collectors in m count nothing.
+func New(cfg Config, log *slog.Logger, client *kafka.Client, ring *ringbuffer.Ring[*Record], m Metrics) (*Producer, error) {
 	codec, err := compressionCodec(cfg.Compression)
 	if err != nil {
 		return nil, err
 	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m = m.orDiscard()
 	acks := kafka.RequireAll
 	switch cfg.Acks {
 	case "one":
@@ -153,15 +171,21 @@ func newProducer(cfg KafkaConfig, log *slog.Logger, client *kafka.Client, topics
 	if cfg.Linger > 0 {
 		tick = min(tick, max(cfg.Linger, time.Millisecond))
 	}
-	return &producer{cfg: cfg, log: log, rt: rt, addr: client.Addr, topics: topics, ring: ring, metrics: m,
+	return &Producer{cfg: cfg, log: log, rt: rt, addr: client.Addr, topics: newTopicManager(cfg, log, client, m), ring: ring, metrics: m,
 		order: newKeyOrder(cfg.AckTimeout + time.Second), codec: codec, acks: acks,
 		partCap: 4 * cfg.MaxBatch, heldCap: 16 * cfg.MaxBatch, reqBytes: 4 * cfg.MaxBatchBytes,
 		idleAfter: time.Minute, tick: tick, hangAfter: hangAfter(cfg.AckTimeout),
 		tqs: make(map[string]*topicQ), brokers: make(map[int32]*brokerQ), metaWant: make(map[string]bool),
-		batches: make(chan []*record), free: make(chan []*record, 2),
+		batches: make(chan []*Record), free: make(chan []*Record, 2),
 		results: make(chan *produceCall, 16), metaRes: make(chan []topicMeta, metaParallel),
 	}, nil
 }
+
+// Failed reports that r, a record with a Done the producer never took
+// (evicted from the ring, for one), failed at now: the later records of
+// its key received before now fail too instead of overtaking it, as for
+// a record the producer failed itself. Safe for concurrent use with Run.
+func (p *Producer) Failed(r *Record, now time.Time) { p.order.fail(r, now) }
 
 // hangAfter is how long a produce request may stay unanswered before its
 // partitions count as stalled: a tenth of the ack timeout, within
@@ -177,12 +201,14 @@ func hangAfter(ackTimeout time.Duration) time.Duration {
 
 var errShutdown = fmt.Errorf("%w: shutting down", ErrKafkaUnavailable)
 
-// run moves records from the ring to Kafka until the ring is closed and
-// everything taken is resolved. hard is cancelled when the shutdown timeout
-// has passed: pending records then fail.
-func (p *producer) run(hard context.Context) {
+// Run moves records from the ring to Kafka until the ring is closed and
+// every record taken from it has its outcome. Cancelling hard (the
+// caller's shutdown timeout) fails what is still pending, at once for
+// what is queued, when its request returns for what is in flight. Run
+// once.
+func (p *Producer) Run(hard context.Context) {
 	for range cap(p.free) {
-		p.free <- make([]*record, p.cfg.MaxBatch)
+		p.free <- make([]*Record, p.cfg.MaxBatch)
 	}
 	go p.read()
 	tick := time.NewTicker(p.tick)
@@ -216,8 +242,8 @@ func (p *producer) run(hard context.Context) {
 		}
 		p.askMeta(hard)
 		p.dispatch(hard)
-		p.metrics.producerHeld.Set(float64(p.held))
-		p.metrics.producerTopics.Set(float64(len(p.tqs)))
+		p.metrics.Held.Set(float64(p.held))
+		p.metrics.Topics.Set(float64(len(p.tqs)))
 		if in == nil && p.held == 0 && len(p.parked) == 0 && p.calls == 0 && p.metaCalls == 0 {
 			return
 		}
@@ -226,7 +252,7 @@ func (p *producer) run(hard context.Context) {
 
 // read hands batches from the ring to the loop; two buffers alternate, so
 // the ring is read while the loop places the previous batch.
-func (p *producer) read() {
+func (p *Producer) read() {
 	defer close(p.batches)
 	for {
 		buf := <-p.free
@@ -242,7 +268,7 @@ func (p *producer) read() {
 	}
 }
 
-func (p *producer) accept(b []*record) {
+func (p *Producer) accept(b []*Record) {
 	now := time.Now()
 	for i, r := range b {
 		if !p.place(r, now) {
@@ -254,7 +280,7 @@ func (p *producer) accept(b []*record) {
 	p.free <- b[:cap(b)]
 }
 
-func (p *producer) placeParked() {
+func (p *Producer) placeParked() {
 	now := time.Now()
 	for i, r := range p.parked {
 		if !p.place(r, now) {
@@ -271,7 +297,7 @@ func (p *producer) placeParked() {
 // place queues r on its partition. It returns false when r must wait: the
 // producer holds heldCap records, a QoS 0 record's healthy partition is
 // full, or r's topic, still being looked up, has a full queue.
-func (p *producer) place(r *record, now time.Time) bool {
+func (p *Producer) place(r *Record, now time.Time) bool {
 	if p.dead {
 		p.fail(r, errShutdown, now, false)
 		return true
@@ -283,10 +309,10 @@ func (p *producer) place(r *record, now time.Time) bool {
 	if p.held >= p.heldCap {
 		return false // checked per record: a batch from the ring may hold up to max_batch
 	}
-	tq := p.tqs[r.topic]
+	tq := p.tqs[r.Topic]
 	if tq == nil {
-		tq = &topicQ{name: r.topic}
-		p.tqs[r.topic] = tq
+		tq = &topicQ{name: r.Topic}
+		p.tqs[r.Topic] = tq
 	}
 	tq.lastUsed = now
 	if tq.parts == nil {
@@ -297,8 +323,8 @@ func (p *producer) place(r *record, now time.Time) bool {
 		if len(tq.waiting) >= p.partCap && !tq.metaFailed {
 			return false
 		}
-		if len(tq.waiting) >= p.partCap && r.done == nil {
-			p.metrics.drops.WithLabelValues("ring_full").Inc()
+		if len(tq.waiting) >= p.partCap && r.Done == nil {
+			p.metrics.Dropped.Inc()
 			return true
 		}
 		tq.waiting = append(tq.waiting, r)
@@ -311,15 +337,15 @@ func (p *producer) place(r *record, now time.Time) bool {
 	if tq.grow != nil && p.hold(tq, r, now) {
 		return true
 	}
-	pq := tq.parts[partitionFor(r.key, len(tq.parts))]
+	pq := tq.parts[partitionFor(r.Key, len(tq.parts))]
 	if len(pq.q) >= p.partCap {
 		switch {
-		case r.done != nil:
+		case r.Done != nil:
 			// QoS 1/2: queued beyond the cap, bounded by heldCap and its deadline.
-		case r.done != nil || !pq.stalled(now, p.hangAfter):
+		case r.Done != nil || !pq.stalled(now, p.hangAfter):
 			return false
 		default:
-			p.metrics.drops.WithLabelValues("ring_full").Inc()
+			p.metrics.Dropped.Inc()
 			return true
 		}
 	}
@@ -327,7 +353,7 @@ func (p *producer) place(r *record, now time.Time) bool {
 	return true
 }
 
-func (p *producer) push(pq *partQ, r *record, now time.Time) {
+func (p *Producer) push(pq *partQ, r *Record, now time.Time) {
 	if len(pq.q) == 0 {
 		pq.since = now
 	}
@@ -336,7 +362,7 @@ func (p *producer) push(pq *partQ, r *record, now time.Time) {
 	p.list(pq)
 }
 
-func (p *producer) list(pq *partQ) {
+func (p *Producer) list(pq *partQ) {
 	if !pq.listed && !pq.inflight && len(pq.q) > 0 {
 		pq.listed = true
 		p.ready = append(p.ready, pq)
@@ -346,12 +372,12 @@ func (p *producer) list(pq *partQ) {
 // fail reports err for a record the producer holds no more (not counted in
 // held by the caller any longer). poison: later records of its key that
 // are still on their way must not overtake it.
-func (p *producer) fail(r *record, err error, now time.Time, poison bool) {
+func (p *Producer) fail(r *Record, err error, now time.Time, poison bool) {
 	if !r.finish() {
 		return // acknowledged meanwhile
 	}
 	r.complete(err)
-	p.metrics.produceErrors.Inc()
+	p.metrics.ProduceErrors.Inc()
 	if poison {
 		p.order.fail(r, now)
 	}
@@ -359,7 +385,7 @@ func (p *producer) fail(r *record, err error, now time.Time, poison bool) {
 
 // drop fails a queued record that expired or must keep its key's order; it
 // reports whether it did.
-func (p *producer) drop(r *record, now time.Time) bool {
+func (p *Producer) drop(r *Record, now time.Time) bool {
 	switch {
 	case r.expired(now):
 		p.fail(r, fmt.Errorf("%w: no acknowledgement within %s", ErrKafkaUnavailable, p.cfg.AckTimeout), now, true)
@@ -374,7 +400,7 @@ func (p *producer) drop(r *record, now time.Time) bool {
 
 // sweep fails what expired (queued or in flight), asks again for metadata
 // that failed, and forgets idle topics.
-func (p *producer) sweep(now time.Time) {
+func (p *Producer) sweep(now time.Time) {
 	for name, tq := range p.tqs {
 		tq.waiting = p.dropAll(tq.waiting, now)
 		if tq.grow != nil {
@@ -407,7 +433,7 @@ func (p *producer) sweep(now time.Time) {
 	}
 }
 
-func (p *producer) dropAll(q []*record, now time.Time) []*record {
+func (p *Producer) dropAll(q []*Record, now time.Time) []*Record {
 	kept := q[:0]
 	for _, r := range q {
 		if !p.drop(r, now) {
@@ -419,7 +445,7 @@ func (p *producer) dropAll(q []*record, now time.Time) []*record {
 }
 
 // failQueued fails everything not in flight (hard shutdown).
-func (p *producer) failQueued() {
+func (p *Producer) failQueued() {
 	now := time.Now()
 	for _, r := range p.parked {
 		p.fail(r, errShutdown, now, false)
@@ -451,7 +477,7 @@ func (p *producer) failQueued() {
 
 const retryBackoff = 100 * time.Millisecond
 
-func (p *producer) wantMeta(tq *topicQ, force bool) {
+func (p *Producer) wantMeta(tq *topicQ, force bool) {
 	tq.metaAsked = true
 	p.metaWant[tq.name] = p.metaWant[tq.name] || force
 }
@@ -465,7 +491,7 @@ const (
 )
 
 // askMeta starts metadata lookups for the topics that want one.
-func (p *producer) askMeta(ctx context.Context) {
+func (p *Producer) askMeta(ctx context.Context) {
 	for p.metaCalls < metaParallel && len(p.metaWant) > 0 && !p.dead {
 		topics := make([]string, 0, min(len(p.metaWant), metaTopics))
 		force := false
@@ -486,7 +512,7 @@ func (p *producer) askMeta(ctx context.Context) {
 	}
 }
 
-func (p *producer) applyMeta(ms []topicMeta) {
+func (p *Producer) applyMeta(ms []topicMeta) {
 	p.metaCalls--
 	now := time.Now()
 	for _, m := range ms {
@@ -515,7 +541,7 @@ func (p *producer) applyMeta(ms []topicMeta) {
 	}
 }
 
-func (p *producer) setLeaders(tq *topicQ, leaders []int32, now time.Time) {
+func (p *Producer) setLeaders(tq *topicQ, leaders []int32, now time.Time) {
 	if n := len(tq.parts); n > 0 && len(leaders) > n {
 		p.grow(tq, n, now)
 	}
@@ -533,13 +559,13 @@ func (p *producer) setLeaders(tq *topicQ, leaders []int32, now time.Time) {
 	}
 	for _, r := range tq.waiting {
 		p.held--
-		p.push(tq.parts[partitionFor(r.key, len(tq.parts))], r, now)
+		p.push(tq.parts[partitionFor(r.Key, len(tq.parts))], r, now)
 	}
 	clear(tq.waiting)
 	tq.waiting = tq.waiting[:0]
 }
 
-func (p *producer) broker(id int32) *brokerQ {
+func (p *Producer) broker(id int32) *brokerQ {
 	b := p.brokers[id]
 	if b == nil {
 		b = &brokerQ{id: id}

@@ -1,4 +1,4 @@
-package bridge
+package producer
 
 import (
 	"errors"
@@ -9,16 +9,19 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/ferry-bridge/ferry/internal/fakekafka"
+	"github.com/ferry-bridge/ferry/internal/testhelp"
 )
 
 // poisonFault refuses every batch that carries a record whose value starts
 // with one of the prefixes, with that prefix's error code: Kafka refuses
 // the whole batch for one bad record.
-func poisonFault(codes map[string]kafka.Error) func(string, int32, []fakeRec) int16 {
-	return func(_ string, _ int32, recs []fakeRec) int16 {
+func poisonFault(codes map[string]kafka.Error) func(string, int32, []fakekafka.Rec) int16 {
+	return func(_ string, _ int32, recs []fakekafka.Rec) int16 {
 		for _, r := range recs {
 			for prefix, code := range codes {
-				if strings.HasPrefix(r.value, prefix) {
+				if strings.HasPrefix(r.Value, prefix) {
 					return int16(code)
 				}
 			}
@@ -31,9 +34,9 @@ func poisonFault(codes map[string]kafka.Error) func(string, int32, []fakeRec) in
 // record in it. Only that record fails (ErrKafkaRejected, counted); the
 // others of the batch, of its key and of others, reach Kafka in order.
 func TestProducerInvalidRecordFailsAlone(t *testing.T) {
-	fk := newFakeKafka()
-	fk.addTopic("t", 1)
-	fk.partFault = poisonFault(map[string]kafka.Error{"bad": kafka.InvalidRecord})
+	fk := fakekafka.New()
+	fk.AddTopic("t", 1)
+	fk.PartFault = poisonFault(map[string]kafka.Error{"bad": kafka.InvalidRecord})
 	h := newProdHarness(t, fk, 64, nil)
 	var outs []outcome
 	var want []string
@@ -62,10 +65,10 @@ func TestProducerInvalidRecordFailsAlone(t *testing.T) {
 			t.Fatalf("innocent record %d refused with the invalid one: %v", i, err)
 		}
 	}
-	if got := values(fk.log("t", 0)); !slices.Equal(got, want) {
+	if got := fakekafka.Values(fk.Log("t", 0)); !slices.Equal(got, want) {
 		t.Fatalf("Kafka has %q, want %q", got, want)
 	}
-	if n := counterValue(t, h.reg, "ferry_kafka_produce_errors_total", nil); n != 1 {
+	if n := metricValue(h.m.ProduceErrors); n != 1 {
 		t.Fatalf("produce errors counted: %v, want 1", n)
 	}
 }
@@ -74,21 +77,21 @@ func TestProducerInvalidRecordFailsAlone(t *testing.T) {
 // (kafka-go calls it temporary) is given up at once and counted, not
 // retried for the bridge's life; the QoS 0 records around it are written.
 func TestProducerCorruptQoS0GivenUp(t *testing.T) {
-	fk := newFakeKafka()
-	fk.addTopic("t", 1)
-	fk.partFault = poisonFault(map[string]kafka.Error{"corrupt": kafka.InvalidMessage})
+	fk := fakekafka.New()
+	fk.AddTopic("t", 1)
+	fk.PartFault = poisonFault(map[string]kafka.Error{"corrupt": kafka.InvalidMessage})
 	h := newProdHarness(t, fk, 64, nil)
 	for _, v := range []string{"a", "corrupt", "b"} {
 		h.send("t", "k", v, 0)
 	}
 	h.start()
-	waitFor(t, 15*time.Second, "the corrupt record given up, the others written", func() bool {
-		return counterValue(t, h.reg, "ferry_kafka_produce_errors_total", nil) == 1 && len(fk.log("t", 0)) == 2
+	testhelp.WaitFor(t, 15*time.Second, "the corrupt record given up, the others written", func() bool {
+		return metricValue(h.m.ProduceErrors) == 1 && len(fk.Log("t", 0)) == 2
 	})
-	if got := values(fk.log("t", 0)); !slices.Equal(got, []string{"a", "b"}) {
+	if got := fakekafka.Values(fk.Log("t", 0)); !slices.Equal(got, []string{"a", "b"}) {
 		t.Fatalf("Kafka has %q, want [a b]", got)
 	}
-	waitFor(t, 15*time.Second, "nothing held", func() bool {
-		return counterValue(t, h.reg, "ferry_kafka_producer_records_held", nil) == 0
+	testhelp.WaitFor(t, 15*time.Second, "nothing held", func() bool {
+		return metricValue(h.m.Held) == 0
 	})
 }

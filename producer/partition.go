@@ -1,4 +1,4 @@
-package bridge
+package producer
 
 import "time"
 
@@ -7,7 +7,7 @@ import "time"
 type topicQ struct {
 	name    string
 	parts   []*partQ  // nil until the first metadata answer
-	waiting []*record // records that arrived before parts were known
+	waiting []*Record // records that arrived before parts were known
 
 	metaAsked   bool      // a metadata request for this topic is pending
 	metaFailed  bool      // the last metadata attempt failed: the topic is stalled
@@ -43,9 +43,9 @@ type partQ struct {
 	id     int32
 	leader int32 // broker id, -1 = no leader known
 
-	q        []*record // queued, oldest first
+	q        []*Record // queued, oldest first
 	since    time.Time // when q last went from empty to non-empty (linger)
-	flight   []*record // in the request in flight
+	flight   []*Record // in the request in flight
 	inflight bool
 	sentAt   time.Time // when the request in flight was built
 	listed   bool      // in producer.ready
@@ -57,7 +57,7 @@ type partQ struct {
 
 	// While the topic gains partitions (growth): the records it held then,
 	// settled up to oldsAt; draining until they all are.
-	olds     []*record
+	olds     []*Record
 	oldsAt   int
 	draining bool
 }
@@ -91,7 +91,7 @@ func (p *partQ) requeue() (finished int) {
 		live = append(live, r)
 	}
 	if len(live) > 0 {
-		q := make([]*record, 0, len(live)+len(p.q))
+		q := make([]*Record, 0, len(live)+len(p.q))
 		q = append(q, live...)
 		p.q = append(q, p.q...)
 	}

@@ -1,4 +1,4 @@
-package bridge
+package producer
 
 import (
 	"fmt"
@@ -38,12 +38,12 @@ func newKeyOrder(keep time.Duration) *keyOrder {
 }
 
 // fail records that a QoS 1/2 record of r's key failed now.
-func (o *keyOrder) fail(r *record, now time.Time) {
-	if r.done == nil {
+func (o *keyOrder) fail(r *Record, now time.Time) {
+	if r.Done == nil {
 		return // QoS 0 is best effort: its loss does not hold back others
 	}
-	k := orderKey{r.topic, string(r.key)}
-	w := window{from: r.received, to: now}
+	k := orderKey{r.Topic, string(r.Key)}
+	w := window{from: r.Received, to: now}
 	o.mu.Lock()
 	if old, ok := o.failed[k]; !ok {
 		o.n.Add(1)
@@ -61,14 +61,14 @@ func (o *keyOrder) fail(r *record, now time.Time) {
 
 // blocked reports whether r must fail because an earlier record of its key
 // failed after r was received.
-func (o *keyOrder) blocked(r *record) bool {
+func (o *keyOrder) blocked(r *Record) bool {
 	if o.n.Load() == 0 {
 		return false
 	}
 	o.mu.Lock()
-	w, ok := o.failed[orderKey{r.topic, string(r.key)}]
+	w, ok := o.failed[orderKey{r.Topic, string(r.Key)}]
 	o.mu.Unlock()
-	return ok && r.received.After(w.from) && !r.received.After(w.to)
+	return ok && r.Received.After(w.from) && !r.Received.After(w.to)
 }
 
 // prune forgets failures older than keep: by then every QoS 1/2 record
@@ -88,6 +88,6 @@ func (o *keyOrder) prune(now time.Time) {
 }
 
 // errOrder is the error of a record failed to keep its key's order.
-func errOrder(r *record) error {
-	return fmt.Errorf("%w: an earlier record of key %q failed; refused to keep the order (resend in order)", ErrKafkaUnavailable, r.key)
+func errOrder(r *Record) error {
+	return fmt.Errorf("%w: an earlier record of key %q failed; refused to keep the order (resend in order)", ErrKafkaUnavailable, r.Key)
 }

@@ -1,4 +1,4 @@
-package bridge
+package producer
 
 import (
 	"context"
@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/ferry-bridge/ferry/internal/kafkatest"
+	"github.com/ferry-bridge/ferry/internal/testhelp"
 )
 
 // Finding 1 against the real Kafka: a topic with max.message.bytes=2000;
@@ -23,12 +23,11 @@ func TestProducerOversizeRealKafka(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	topic := kafkatest.Topic(t, "oversize")
 	kafkatest.CreateTopic(t, brokers, topic, 1, map[string]string{"max.message.bytes": "2000"})
-	cfg := DefaultConfig().Kafka
-	tr, err := newTransport(cfg, "test-"+randHex(3))
+	tr, err := NewTransport("test-"+testhelp.RandHex(3), nil, SASL{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newProdHarnessRT(t, tr, kafkatest.Addrs(brokers), 64, func(c *KafkaConfig) {
+	h := newProdHarnessRT(t, tr, kafkatest.Addrs(brokers), 64, func(c *Config) {
 		c.MaxBatchBytes = 1024
 		c.AckTimeout = 10 * time.Second
 	})
@@ -71,21 +70,18 @@ func TestProducerOversizeRealKafka(t *testing.T) {
 // refresh, and known right after it.
 func TestMetadataRefreshRealKafka(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
-	cfg := DefaultConfig().Kafka
-	cfg.Brokers = kafkatest.Addrs(brokers)
-	tr, err := newTransport(cfg, "test-"+randHex(3))
+	tr, err := NewTransport("test-"+testhelp.RandHex(3), nil, SASL{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tr.MetadataTTL = time.Hour
-	defer tr.CloseIdleConnections()
-	client := &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Transport: tr, Timeout: 10 * time.Second}
-	reg := newTestMetrics(t)
-	tm := newTopicManager(cfg, testLogger(t), client, reg)
+	client := &kafka.Client{Addr: kafka.TCP(kafkatest.Addrs(brokers)...), Transport: tr, Timeout: 10 * time.Second}
+	defer kafkatest.CloseClient(client)
+	tm := newTopicManager(testConfig(), testhelp.Logger(t), client, testMetrics())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// Warm the cache, then create a topic behind its back.
-	if _, missing := tm.lookup(ctx, []string{"__ferry_absent_" + randHex(4)}); len(missing) != 1 {
+	if _, missing := tm.lookup(ctx, []string{"__ferry_absent_" + testhelp.RandHex(4)}); len(missing) != 1 {
 		t.Fatal("warm-up lookup")
 	}
 	// The cache may see a new topic by itself when its first metadata fetch
@@ -109,13 +105,4 @@ func TestMetadataRefreshRealKafka(t *testing.T) {
 	if len(missing) != 0 || len(found) != 1 || found[0].err != nil || len(found[0].leaders) != 1 || found[0].leaders[0] < 0 {
 		t.Fatalf("after refresh: found %+v, missing %v", found, missing)
 	}
-}
-
-func newTestMetrics(t *testing.T) *metrics {
-	t.Helper()
-	m, err := newMetrics(prometheus.NewRegistry(), func() float64 { return 0 }, func() float64 { return 0 })
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
 }

@@ -1,4 +1,4 @@
-package bridge
+package producer
 
 import (
 	"context"
@@ -9,6 +9,9 @@ import (
 	"time"
 
 	produceAPI "github.com/segmentio/kafka-go/protocol/produce"
+
+	"github.com/ferry-bridge/ferry/internal/fakekafka"
+	"github.com/ferry-bridge/ferry/internal/testhelp"
 )
 
 // Issue 22, item 5: one broker hangs (its produce requests are never
@@ -26,11 +29,11 @@ func TestProducerHungBrokerDoesNotStallOthers(t *testing.T) {
 }
 
 func testHungBroker(t *testing.T, qos int) {
-	fk := newFakeKafka()
-	fk.addTopic("hung", 1)
-	fk.addTopic("good", 2)
+	fk := fakekafka.New()
+	fk.AddTopic("hung", 1)
+	fk.AddTopic("good", 2)
 	var hungReturned atomic.Bool
-	fk.reqFault = func(ctx context.Context, req *produceAPI.Request) error {
+	fk.ReqFault = func(ctx context.Context, req *produceAPI.Request) error {
 		if req.Topics[0].Topic != "hung" {
 			return nil
 		}
@@ -39,7 +42,7 @@ func testHungBroker(t *testing.T, qos int) {
 		return ctx.Err()
 	}
 	const ackTimeout = 3 * time.Second
-	h := newProdHarness(t, fk, 1024, func(c *KafkaConfig) { c.MaxBatch = 4; c.AckTimeout = ackTimeout })
+	h := newProdHarness(t, fk, 1024, func(c *Config) { c.MaxBatch = 4; c.AckTimeout = ackTimeout })
 	h.start()
 	if err, _ := h.send("good", "k", "warm", 1).wait(t, 15*time.Second); err != nil {
 		t.Fatal(err)
@@ -63,8 +66,8 @@ func testHungBroker(t *testing.T, qos int) {
 			time.Since(start).Round(time.Millisecond))
 	}
 	if qos == 0 {
-		waitFor(t, 15*time.Second, "QoS 0 records beyond the hung partition's cap dropped", func() bool {
-			return counterValue(t, h.reg, "ferry_dropped_total", map[string]string{"reason": "ring_full"}) > 0
+		testhelp.WaitFor(t, 15*time.Second, "QoS 0 records beyond the hung partition's cap dropped", func() bool {
+			return metricValue(h.m.Dropped) > 0
 		})
 		return
 	}
@@ -80,7 +83,7 @@ func testHungBroker(t *testing.T, qos int) {
 			t.Fatalf("hung record %d failed after %s, before the ack timeout %s", i, took, ackTimeout)
 		}
 	}
-	if _, _, v := fk.stats(); v != "" {
+	if _, _, v := fk.Stats(); v != "" {
 		t.Fatal(v)
 	}
 }
@@ -89,19 +92,19 @@ func testHungBroker(t *testing.T, qos int) {
 // memory bound the README states), counted per record: a batch taken from
 // the ring when it held heldCap-1 must not carry it past the bound.
 func TestProducerHeldCapPerRecord(t *testing.T) {
-	fk := newFakeKafka()
+	fk := fakekafka.New()
 	// Eight partitions on the hung broker: their queues (8 x partCap) have
 	// room beyond heldCap, so only the held count can stop the loop.
-	fk.addTopic("hung", 1, 1, 1, 1, 1, 1, 1, 1)
-	fk.addTopic("good", 2)
-	fk.reqFault = func(ctx context.Context, req *produceAPI.Request) error {
+	fk.AddTopic("hung", 1, 1, 1, 1, 1, 1, 1, 1)
+	fk.AddTopic("good", 2)
+	fk.ReqFault = func(ctx context.Context, req *produceAPI.Request) error {
 		if req.Topics[0].Topic != "hung" {
 			return nil
 		}
 		<-ctx.Done()
 		return ctx.Err()
 	}
-	h := newProdHarness(t, fk, 1024, func(c *KafkaConfig) { c.MaxBatch = 4; c.AckTimeout = 30 * time.Second })
+	h := newProdHarness(t, fk, 1024, func(c *Config) { c.MaxBatch = 4; c.AckTimeout = 30 * time.Second })
 	// One record for the healthy broker in the first batch: once it is
 	// acknowledged the count is off the batch size's multiples.
 	h.send("good", "k", "first", 1)
@@ -112,8 +115,8 @@ func TestProducerHeldCapPerRecord(t *testing.T) {
 	h.start()
 	heldCap := float64(h.p.heldCap)
 	var held float64
-	waitFor(t, 15*time.Second, "the producer to reach its bound", func() bool {
-		held = counterValue(t, h.reg, "ferry_kafka_producer_records_held", nil)
+	testhelp.WaitFor(t, 15*time.Second, "the producer to reach its bound", func() bool {
+		held = metricValue(h.m.Held)
 		return held >= heldCap
 	})
 	if held > heldCap {

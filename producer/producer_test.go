@@ -1,4 +1,4 @@
-package bridge
+package producer
 
 import (
 	"context"
@@ -12,29 +12,31 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
 	produceAPI "github.com/segmentio/kafka-go/protocol/produce"
 
-	"github.com/segmentio/kafka-go"
+	"github.com/ferry-bridge/ferry/internal/fakekafka"
+	"github.com/ferry-bridge/ferry/internal/testhelp"
 )
 
 // Finding 1: a record larger than kafka.max_batch_bytes sits alone in its
 // chunk; Kafka refuses it (MESSAGE_TOO_LARGE). Only that record is refused:
 // the records after it, of its key and of others, reach Kafka in order.
 func TestProducerOversizeRefusesOnlyItself(t *testing.T) {
-	fk := newFakeKafka()
-	fk.addTopic("t", 1)
+	fk := fakekafka.New()
+	fk.AddTopic("t", 1)
 	// Kafka's max.message.bytes: a batch with more than 2,000 value bytes.
-	fk.partFault = func(_ string, _ int32, recs []fakeRec) int16 {
+	fk.PartFault = func(_ string, _ int32, recs []fakekafka.Rec) int16 {
 		n := 0
 		for _, r := range recs {
-			n += len(r.value)
+			n += len(r.Value)
 		}
 		if n > 2000 {
 			return int16(kafka.MessageSizeTooLarge)
 		}
 		return 0
 	}
-	h := newProdHarness(t, fk, 64, func(c *KafkaConfig) { c.MaxBatchBytes = 1024 })
+	h := newProdHarness(t, fk, 64, func(c *Config) { c.MaxBatchBytes = 1024 })
 	var outs []outcome
 	var want []string
 	// Queue everything before the producer runs: one flush sees it all.
@@ -64,7 +66,7 @@ func TestProducerOversizeRefusesOnlyItself(t *testing.T) {
 			t.Fatalf("innocent record %d refused: %v", i, err)
 		}
 	}
-	if got := values(fk.log("t", 0)); !slices.Equal(got, want) {
+	if got := fakekafka.Values(fk.Log("t", 0)); !slices.Equal(got, want) {
 		t.Fatalf("Kafka has %q, want %q", got, want)
 	}
 }
@@ -74,10 +76,10 @@ func TestProducerOversizeRefusesOnlyItself(t *testing.T) {
 // still fail at their deadline; the QoS 0 record keeps retrying and reaches
 // Kafka once it recovers.
 func TestProducerAckTimeoutHoldsWithQoS0(t *testing.T) {
-	fk := newFakeKafka()
-	fk.addTopic("t", 1)
+	fk := fakekafka.New()
+	fk.AddTopic("t", 1)
 	healthy := make(chan struct{})
-	fk.partFault = func(string, int32, []fakeRec) int16 {
+	fk.PartFault = func(string, int32, []fakekafka.Rec) int16 {
 		select {
 		case <-healthy:
 			return 0
@@ -86,7 +88,7 @@ func TestProducerAckTimeoutHoldsWithQoS0(t *testing.T) {
 		}
 	}
 	const ackTimeout = 300 * time.Millisecond
-	h := newProdHarness(t, fk, 64, func(c *KafkaConfig) { c.AckTimeout = ackTimeout })
+	h := newProdHarness(t, fk, 64, func(c *Config) { c.AckTimeout = ackTimeout })
 	h.send("t", "a", "qos0", 0)
 	q1 := h.send("t", "b", "qos1", 1)
 	start := time.Now()
@@ -100,8 +102,8 @@ func TestProducerAckTimeoutHoldsWithQoS0(t *testing.T) {
 		t.Fatalf("QoS 1 record failed after %s, ack timeout %s", late, ackTimeout)
 	}
 	close(healthy)
-	waitFor(t, 10*time.Second, "QoS 0 record in Kafka", func() bool { return len(fk.log("t", 0)) == 1 })
-	if got := values(fk.log("t", 0)); got[0] != "qos0" {
+	testhelp.WaitFor(t, 10*time.Second, "QoS 0 record in Kafka", func() bool { return len(fk.Log("t", 0)) == 1 })
+	if got := fakekafka.Values(fk.Log("t", 0)); got[0] != "qos0" {
 		t.Fatalf("Kafka has %q", got)
 	}
 }
@@ -111,17 +113,17 @@ func TestProducerAckTimeoutHoldsWithQoS0(t *testing.T) {
 // produced; QoS 0 records beyond a stalled partition's cap are dropped and
 // counted, QoS 1 ones wait and fail at their own deadline.
 func TestProducerStalledPartitionsIsolated(t *testing.T) {
-	fk := newFakeKafka()
-	fk.addTopic("leaderless", -1)
-	fk.addTopic("failing", 1)
-	fk.addTopic("good", 1)
-	fk.partFault = func(topic string, _ int32, _ []fakeRec) int16 {
+	fk := fakekafka.New()
+	fk.AddTopic("leaderless", -1)
+	fk.AddTopic("failing", 1)
+	fk.AddTopic("good", 1)
+	fk.PartFault = func(topic string, _ int32, _ []fakekafka.Rec) int16 {
 		if topic == "failing" {
 			return int16(kafka.NotEnoughReplicas)
 		}
 		return 0
 	}
-	h := newProdHarness(t, fk, 1024, func(c *KafkaConfig) { c.MaxBatch = 4 })
+	h := newProdHarness(t, fk, 1024, func(c *Config) { c.MaxBatch = 4 })
 	h.start()
 	partCap := h.p.partCap
 	var refused []outcome
@@ -156,10 +158,10 @@ func TestProducerStalledPartitionsIsolated(t *testing.T) {
 			t.Fatalf("healthy topic record %d, while others stall: %v", i, err)
 		}
 	}
-	if d := counterValue(t, h.reg, "ferry_dropped_total", map[string]string{"reason": "ring_full"}); d == 0 {
+	if d := metricValue(h.m.Dropped); d == 0 {
 		t.Fatal("no QoS 0 drop counted for the stalled partitions")
 	}
-	if held := counterValue(t, h.reg, "ferry_kafka_producer_records_held", nil); held > float64(2*partCap+4) {
+	if held := metricValue(h.m.Held); held > float64(2*partCap+4) {
 		t.Fatalf("producer holds %v records, bound %d per stalled partition", held, partCap)
 	}
 }
@@ -168,19 +170,19 @@ func TestProducerStalledPartitionsIsolated(t *testing.T) {
 // for 30 topics it leads pile up; they leave in ONE request, each partition
 // in at most one request at a time; the other broker's topics do not wait.
 func TestProducerOneRequestPerBroker(t *testing.T) {
-	fk := newFakeKafka()
+	fk := fakekafka.New()
 	var topics []string
 	for i := range maxBrokerInflight {
 		topics = append(topics, fmt.Sprintf("first%d", i))
-		fk.addTopic(topics[i], 1)
+		fk.AddTopic(topics[i], 1)
 	}
 	for i := range 60 {
 		topics = append(topics, fmt.Sprintf("t%d", i))
-		fk.addTopic(fmt.Sprintf("t%d", i), int32(1+i%2))
+		fk.AddTopic(fmt.Sprintf("t%d", i), int32(1+i%2))
 	}
 	gate := make(chan struct{})
 	var gated atomic.Bool
-	fk.reqFault = func(ctx context.Context, req *produceAPI.Request) error {
+	fk.ReqFault = func(ctx context.Context, req *produceAPI.Request) error {
 		if strings.HasPrefix(req.Topics[0].Topic, "first") && gated.Load() {
 			select {
 			case <-gate:
@@ -198,13 +200,13 @@ func TestProducerOneRequestPerBroker(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, warm, _ := fk.stats()
+	_, warm, _ := fk.Stats()
 	gated.Store(true)
 	// Broker 1 gets as many requests as it may have in flight, all held.
 	var firsts []outcome
 	for i := range maxBrokerInflight {
 		firsts = append(firsts, h.send(topics[i], "k", "v", 1))
-		waitFor(t, 15*time.Second, "held request on the wire", func() bool { _, reqs, _ := fk.stats(); return len(reqs) == len(warm)+i+1 })
+		testhelp.WaitFor(t, 15*time.Second, "held request on the wire", func() bool { _, reqs, _ := fk.Stats(); return len(reqs) == len(warm)+i+1 })
 	}
 	var outs []outcome
 	for _, tp := range topics[maxBrokerInflight:] {
@@ -218,8 +220,8 @@ func TestProducerOneRequestPerBroker(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, 15*time.Second, "leader 1's records queued", func() bool {
-		return counterValue(t, h.reg, "ferry_kafka_producer_records_held", nil) == float64(30+maxBrokerInflight)
+	testhelp.WaitFor(t, 15*time.Second, "leader 1's records queued", func() bool {
+		return metricValue(h.m.Held) == float64(30+maxBrokerInflight)
 	})
 	close(gate)
 	for _, o := range firsts {
@@ -234,19 +236,19 @@ func TestProducerOneRequestPerBroker(t *testing.T) {
 			}
 		}
 	}
-	_, reqs, violation := fk.stats()
+	_, reqs, violation := fk.Stats()
 	if violation != "" {
 		t.Fatal(violation)
 	}
 	last := reqs[len(reqs)-1]
-	if last.topics != 30 || last.partitions != 30 {
+	if last.Topics != 30 || last.Partitions != 30 {
 		t.Fatalf("after the gate opened, leader 1's request carried %+v, want all 30 topics", last)
 	}
 }
 
 // Idle topics leave no state behind.
 func TestProducerForgetsIdleTopics(t *testing.T) {
-	fk := newFakeKafka()
+	fk := fakekafka.New()
 	h := newProdHarness(t, fk, 64, nil)
 	h.p.idleAfter = 2 * time.Second
 	h.start()
@@ -255,11 +257,11 @@ func TestProducerForgetsIdleTopics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := counterValue(t, h.reg, "ferry_kafka_producer_topics", nil); n == 0 {
+	if n := metricValue(h.m.Topics); n == 0 {
 		t.Fatal("no topic state while the topics are in use")
 	}
-	waitFor(t, 15*time.Second, "idle topics forgotten", func() bool {
-		return counterValue(t, h.reg, "ferry_kafka_producer_topics", nil) == 0
+	testhelp.WaitFor(t, 15*time.Second, "idle topics forgotten", func() bool {
+		return metricValue(h.m.Topics) == 0
 	})
 	if err, _ := h.send("idle3", "k", "again", 1).wait(t, 15*time.Second); err != nil {
 		t.Fatalf("a forgotten topic comes back: %v", err)
@@ -270,20 +272,20 @@ func TestProducerForgetsIdleTopics(t *testing.T) {
 // metadata at once instead of retrying against the stale leader for the
 // cache's TTL (here longer than the ack timeout).
 func TestProducerRefreshesLeaderAtOnce(t *testing.T) {
-	fk := newFakeKafka()
-	fk.addTopic("t", 1)
+	fk := fakekafka.New()
+	fk.AddTopic("t", 1)
 	h := newProdHarness(t, fk, 64, nil)
-	fk.ttl = time.Minute // longer than the ack timeout (10 s)
+	fk.TTL = time.Minute // longer than the ack timeout (10 s)
 	h.start()
 	if err, _ := h.send("t", "k", "before", 1).wait(t, 15*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	fk.moveLeader("t", 0, 2)
-	before, _, _ := fk.stats()
+	fk.MoveLeader("t", 0, 2)
+	before, _, _ := fk.Stats()
 	if err, _ := h.send("t", "k", "after", 1).wait(t, 15*time.Second); err != nil {
 		t.Fatalf("record after the leader moved: %v (leaders not refreshed within the ack timeout)", err)
 	}
-	if after, _, _ := fk.stats(); after == before {
+	if after, _, _ := fk.Stats(); after == before {
 		t.Fatal("no metadata refresh after NOT_LEADER")
 	}
 }
@@ -293,19 +295,19 @@ func TestProducerRefreshesLeaderAtOnce(t *testing.T) {
 // other keys in the same partition go through once the failing record is
 // gone.
 func TestProducerExpiryKeepsKeyOrder(t *testing.T) {
-	fk := newFakeKafka()
-	fk.addTopic("t", 1)
+	fk := fakekafka.New()
+	fk.AddTopic("t", 1)
 	// Every batch that carries k1 fails: k1 expires; the first batch
 	// without it succeeds.
-	fk.partFault = func(_ string, _ int32, recs []fakeRec) int16 {
+	fk.PartFault = func(_ string, _ int32, recs []fakekafka.Rec) int16 {
 		for _, r := range recs {
-			if r.value == "k1" {
+			if r.Value == "k1" {
 				return int16(kafka.NotEnoughReplicas)
 			}
 		}
 		return 0
 	}
-	h := newProdHarness(t, fk, 64, func(c *KafkaConfig) { c.AckTimeout = 5 * time.Second })
+	h := newProdHarness(t, fk, 64, func(c *Config) { c.AckTimeout = 5 * time.Second })
 	k1, o1 := h.rec("t", "k", "k1", 1, 200*time.Millisecond)
 	h.push(k1)
 	k2, o2 := h.rec("t", "k", "k2", 1, 5*time.Second)
@@ -322,7 +324,7 @@ func TestProducerExpiryKeepsKeyOrder(t *testing.T) {
 	if err, _ := oj.wait(t, 15*time.Second); err != nil {
 		t.Fatalf("j1 (another key) failed: %v", err)
 	}
-	if got := values(fk.log("t", 0)); !slices.Equal(got, []string{"j1"}) {
+	if got := fakekafka.Values(fk.Log("t", 0)); !slices.Equal(got, []string{"j1"}) {
 		t.Fatalf("Kafka has %q, want [j1]", got)
 	}
 	// A record of k received after the failure is not affected.
@@ -331,52 +333,21 @@ func TestProducerExpiryKeepsKeyOrder(t *testing.T) {
 	}
 }
 
-// Finding 5, drop-oldest: a QoS 0 publish evicts the oldest record of the
-// ring, a waiting QoS 1 publish; the later QoS 1 publish of the same key
-// fails too instead of overtaking it.
-func TestDropOldestEvictionKeepsKeyOrder(t *testing.T) {
-	fk := newFakeKafka()
-	fk.addTopic("t", 1)
-	h := newProdHarness(t, fk, 2, nil)
-	cfg := DefaultConfig()
-	cfg.Ring.QoS0Policy = "drop-oldest"
-	hk := &hook{cfg: cfg, ring: h.ring, metrics: h.p.metrics, order: h.p.order}
-	k1, o1 := h.rec("t", "k", "k1", 1, 5*time.Second)
-	h.push(k1)
-	k2, o2 := h.rec("t", "k", "k2", 1, 5*time.Second)
-	h.push(k2)
-	q0, _ := h.rec("t", "z", "q0", 0, 0)
-	hk.enqueueQoS0(q0) // ring full: evicts k1
-	if err, _ := o1.wait(t, time.Second); !errors.Is(err, ErrRingFull) {
-		t.Fatalf("evicted k1: %v", err)
-	}
-	h.start()
-	if err, _ := o2.wait(t, 15*time.Second); err == nil {
-		t.Fatal("k2 was produced after k1 of the same key was evicted: it overtook k1")
-	}
-	waitFor(t, 15*time.Second, "q0 in Kafka", func() bool { return len(fk.log("t", 0)) == 1 })
-	if got := values(fk.log("t", 0)); !slices.Equal(got, []string{"q0"}) {
-		t.Fatalf("Kafka has %q, want [q0]", got)
-	}
-}
-
 // Routing in the transport's cache went stale ("mismatching leaders") or a
 // request timed out: the records are retried and arrive once, in order.
 func TestProducerRequestErrorsRetryInOrder(t *testing.T) {
-	fk := newFakeKafka()
-	fk.addTopic("t", 1, 2)
+	fk := fakekafka.New()
+	fk.AddTopic("t", 1, 2)
 	keys := keysForPartitions(2)
-	fails := 3
-	fk.reqFault = func(ctx context.Context, _ *produceAPI.Request) error {
-		fk.mu.Lock()
-		defer fk.mu.Unlock()
-		if fails > 0 {
-			fails--
+	var fails atomic.Int32
+	fails.Store(3)
+	fk.ReqFault = func(ctx context.Context, _ *produceAPI.Request) error {
+		if fails.Add(-1) >= 0 {
 			return context.DeadlineExceeded
 		}
 		return nil
 	}
-	h := newProdHarness(t, fk, 256, func(c *KafkaConfig) { c.MaxBatch = 8 })
+	h := newProdHarness(t, fk, 256, func(c *Config) { c.MaxBatch = 8 })
 	h.start()
 	var outs []outcome
 	// 30 per partition: below the cap of a partition that is failing (32).
@@ -389,21 +360,21 @@ func TestProducerRequestErrorsRetryInOrder(t *testing.T) {
 		}
 	}
 	for part := range 2 {
-		got := fk.log("t", part)
+		got := fk.Log("t", part)
 		if len(got) != 30 {
 			t.Fatalf("partition %d has %d records, want 30", part, len(got))
 		}
 		var prev = -1
 		for _, r := range got {
 			var v int
-			fmt.Sscan(r.value, &v)
+			fmt.Sscan(r.Value, &v)
 			if v <= prev {
-				t.Fatalf("partition %d out of order: %q", part, values(got))
+				t.Fatalf("partition %d out of order: %q", part, fakekafka.Values(got))
 			}
 			prev = v
 		}
 	}
-	if _, _, v := fk.stats(); v != "" {
+	if _, _, v := fk.Stats(); v != "" {
 		t.Fatal(v)
 	}
 }
@@ -427,14 +398,11 @@ func keysForPartitions(n int) []string {
 // metadata at once and the retry reaches the new leader well within the
 // ack timeout (the cache's TTL is longer).
 func TestProducerRefreshesAfterBrokerLoss(t *testing.T) {
-	fk := newFakeKafka()
-	fk.addTopic("t", 1)
-	fk.ttl = time.Minute
-	fk.reqFault = func(_ context.Context, req *produceAPI.Request) error {
-		fk.mu.Lock()
-		defer fk.mu.Unlock()
-		tp := fk.topics[req.Topics[0].Topic]
-		if p := req.Topics[0].Partitions[0].Partition; tp.cached[p] != tp.real[p] {
+	fk := fakekafka.New()
+	fk.AddTopic("t", 1)
+	fk.TTL = time.Minute
+	fk.ReqFault = func(_ context.Context, req *produceAPI.Request) error {
+		if fk.Stale(req.Topics[0].Topic, req.Topics[0].Partitions[0].Partition) {
 			return &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 		}
 		return nil
@@ -444,7 +412,7 @@ func TestProducerRefreshesAfterBrokerLoss(t *testing.T) {
 	if err, _ := h.send("t", "k", "before", 1).wait(t, 15*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	fk.moveLeader("t", 0, 3)
+	fk.MoveLeader("t", 0, 3)
 	if err, _ := h.send("t", "k", "after", 1).wait(t, 15*time.Second); err != nil {
 		t.Fatalf("record after the leader's broker was lost: %v (metadata not refreshed within the ack timeout)", err)
 	}

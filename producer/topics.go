@@ -1,4 +1,4 @@
-package bridge
+package producer
 
 import (
 	"context"
@@ -23,18 +23,12 @@ import (
 // leaders reaches one broker. refresh forces that cache to be re-read from
 // Kafka at once (kafka-go otherwise keeps it for its MetadataTTL).
 type topicManager struct {
-	cfg     KafkaConfig
+	cfg     Config
 	log     *slog.Logger
 	client  *kafka.Client
 	rt      kafka.RoundTripper
 	addr    net.Addr
-	metrics *metrics
-
-	// embedded: the embedded Kafka (kfake), which keeps the topic config
-	// message.timestamp.type=LogAppendTime but stamps records with the
-	// producer's CreateTime (kafka-go never sets the batch attribute that
-	// would make kfake apply it).
-	embedded bool
+	metrics Metrics
 
 	mu      sync.Mutex
 	created int
@@ -49,7 +43,7 @@ type topicMeta struct {
 	err     error
 }
 
-func newTopicManager(cfg KafkaConfig, log *slog.Logger, client *kafka.Client, m *metrics) *topicManager {
+func newTopicManager(cfg Config, log *slog.Logger, client *kafka.Client, m Metrics) *topicManager {
 	rt := client.Transport
 	if rt == nil {
 		rt = kafka.DefaultTransport
@@ -235,9 +229,9 @@ func (m *topicManager) create(ctx context.Context, topics []string) (map[string]
 			m.mu.Lock()
 			m.created++
 			m.mu.Unlock()
-			m.metrics.topicsCreated.Inc()
+			m.metrics.TopicsCreated.Inc()
 			stamp := []any{"timestamp_type", "LogAppendTime"}
-			if m.embedded {
+			if m.cfg.Embedded {
 				stamp = []any{"timestamp_type", "CreateTime", "note", "the embedded Kafka keeps message.timestamp.type=LogAppendTime but stamps the producer's CreateTime"}
 			}
 			m.log.Info("created kafka topic", append([]any{"topic", t, "partitions", m.cfg.Partitions,
@@ -265,7 +259,7 @@ func createdReplication(configured int, reported int16) any {
 	switch {
 	case reported > 0:
 		return int(reported)
-	case configured == clusterReplicationFactor:
+	case configured == ClusterReplicationFactor:
 		return "cluster default"
 	}
 	return configured

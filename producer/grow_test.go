@@ -1,4 +1,4 @@
-package bridge
+package producer
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"time"
 
 	produceAPI "github.com/segmentio/kafka-go/protocol/produce"
+
+	"github.com/ferry-bridge/ferry/internal/fakekafka"
 )
 
 // signalHandler closes ch at the first log record whose message starts
@@ -66,15 +68,15 @@ func keyMoving(t *testing.T, from, n, to, m int) string {
 // the older ones, although partition 2 and the request carrying it are
 // free. Key B stays in partition 1: it is not held.
 func TestProducerTopicGrowthKeepsKeyOrder(t *testing.T) {
-	fk := newFakeKafka()
-	fk.addTopic("t", 1, 1)
+	fk := fakekafka.New()
+	fk.AddTopic("t", 1, 1)
 	key := keyMoving(t, 0, 2, 2, 3)
 	stay := keyMoving(t, 1, 2, 1, 3)
 	var gated atomic.Bool
 	var attempts atomic.Int32
 	onWire1, onWire2 := make(chan struct{}), make(chan struct{})
 	grown, release := make(chan struct{}), make(chan struct{})
-	fk.reqFault = func(ctx context.Context, req *produceAPI.Request) error {
+	fk.ReqFault = func(ctx context.Context, req *produceAPI.Request) error {
 		if !gated.Load() || !carries(req, "t", 0) {
 			return nil
 		}
@@ -108,7 +110,7 @@ func TestProducerTopicGrowthKeepsKeyOrder(t *testing.T) {
 		olds = append(olds, h.send("t", key, v, 1))
 	}
 	waitClosed(t, onWire1, "first request for partition 0")
-	fk.addPartitions("t", 1)
+	fk.AddPartitions("t", 1)
 	close(grown)
 	waitClosed(t, grewLog, "the producer to learn of the new partition")
 	waitClosed(t, onWire2, "the retry of partition 0")
@@ -118,7 +120,7 @@ func TestProducerTopicGrowthKeepsKeyOrder(t *testing.T) {
 	if err, _ := h.send("t", stay, "b1", 1).wait(t, 15*time.Second); err != nil {
 		t.Fatalf("b1, a key that did not move: %v", err)
 	}
-	if w := fk.writeOrder(); slices.Contains(w, "k6") {
+	if w := fk.WriteOrder(); slices.Contains(w, "k6") {
 		t.Fatalf("k6 (key moved to partition 2) written while k1..k5 still wait in partition 0: %q", w)
 	}
 	close(release)
@@ -128,7 +130,7 @@ func TestProducerTopicGrowthKeepsKeyOrder(t *testing.T) {
 		}
 	}
 	var ks []string
-	for _, v := range fk.writeOrder() {
+	for _, v := range fk.WriteOrder() {
 		if strings.HasPrefix(v, "k") {
 			ks = append(ks, v)
 		}
@@ -136,10 +138,10 @@ func TestProducerTopicGrowthKeepsKeyOrder(t *testing.T) {
 	if want := []string{"k1", "k2", "k3", "k4", "k5", "k6"}; !slices.Equal(ks, want) {
 		t.Fatalf("key's records written in the order %q, want %q", ks, want)
 	}
-	if got := values(fk.log("t", 2)); !slices.Equal(got, []string{"k6"}) {
+	if got := fakekafka.Values(fk.Log("t", 2)); !slices.Equal(got, []string{"k6"}) {
 		t.Fatalf("partition 2 has %q, want [k6]", got)
 	}
-	if _, _, v := fk.stats(); v != "" {
+	if _, _, v := fk.Stats(); v != "" {
 		t.Fatal(v)
 	}
 }
@@ -169,7 +171,7 @@ func TestProducerTopicGrowsTwiceKeepsKeyOrder(t *testing.T) {
 	if key == "" {
 		t.Fatal("no key in partitions 0, 2, 0 of 2, 3, 4")
 	}
-	h := newProdHarness(t, newFakeKafka(), 16, nil)
+	h := newProdHarness(t, fakekafka.New(), 16, nil)
 	p := h.p
 	now := time.Now()
 	tq := &topicQ{name: "t", lastUsed: now}
@@ -188,11 +190,11 @@ func TestProducerTopicGrowsTwiceKeepsKeyOrder(t *testing.T) {
 	place("a3")
 	var got []string
 	for _, r := range tq.parts[0].q {
-		got = append(got, string(r.value))
+		got = append(got, string(r.Value))
 	}
 	if tq.grow != nil {
 		for _, r := range tq.grow.hold {
-			got = append(got, "held:"+string(r.value))
+			got = append(got, "held:"+string(r.Value))
 		}
 	}
 	if want := []string{"a1", "a2", "a3"}; !slices.Equal(got, want) {

@@ -1,4 +1,4 @@
-package bridge
+package producer
 
 import "time"
 
@@ -22,12 +22,12 @@ type growth struct {
 	counts   []int     // partition counts since the growth began, oldest first
 	at       time.Time // when the count last changed
 	draining []*partQ  // partitions not yet settled
-	hold     []*record // records of moved keys, oldest first
+	hold     []*Record // records of moved keys, oldest first
 	recheck  bool      // the partitions to wait for changed: look at hold again
 }
 
 // grow notes that tq is about to go from its n partitions to more.
-func (p *producer) grow(tq *topicQ, n int, now time.Time) {
+func (p *Producer) grow(tq *topicQ, n int, now time.Time) {
 	g := tq.grow
 	if g == nil {
 		g = &growth{}
@@ -64,10 +64,10 @@ func (g *growth) mustWait(tq *topicQ, key []byte) bool {
 }
 
 // hold holds r back if its key must wait; it reports whether it did.
-func (p *producer) hold(tq *topicQ, r *record, now time.Time) bool {
+func (p *Producer) hold(tq *topicQ, r *Record, now time.Time) bool {
 	p.settleGrowth(tq, now)
 	g := tq.grow
-	if g == nil || !g.mustWait(tq, r.key) {
+	if g == nil || !g.mustWait(tq, r.Key) {
 		return false
 	}
 	g.hold = append(g.hold, r)
@@ -78,7 +78,7 @@ func (p *producer) hold(tq *topicQ, r *record, now time.Time) bool {
 // settleGrowth notes the partitions that settled and places the held
 // records whose keys need not wait any more, in their order; the growth
 // ends when nothing is left to wait for.
-func (p *producer) settleGrowth(tq *topicQ, now time.Time) {
+func (p *Producer) settleGrowth(tq *topicQ, now time.Time) {
 	g := tq.grow
 	if g == nil {
 		return
@@ -98,12 +98,12 @@ func (p *producer) settleGrowth(tq *topicQ, now time.Time) {
 	if changed && len(g.hold) > 0 {
 		still := g.hold[:0]
 		for _, r := range g.hold {
-			if g.mustWait(tq, r.key) {
+			if g.mustWait(tq, r.Key) {
 				still = append(still, r)
 				continue
 			}
 			p.held--
-			p.push(tq.parts[partitionFor(r.key, len(tq.parts))], r, now)
+			p.push(tq.parts[partitionFor(r.Key, len(tq.parts))], r, now)
 		}
 		clear(g.hold[len(still):])
 		g.hold = still
