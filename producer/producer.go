@@ -107,7 +107,7 @@ type Producer struct {
 	topics  *topicManager
 	ring    *ringbuffer.Ring[*Record]
 	metrics Metrics
-	order   *keyOrder
+	windows *failWindows // per key: the records that fail with an earlier one
 	codec   kafka.Compression
 	acks    kafka.RequiredAcks
 
@@ -172,7 +172,7 @@ func New(cfg Config, log *slog.Logger, client *kafka.Client, ring *ringbuffer.Ri
 		tick = min(tick, max(cfg.Linger, time.Millisecond))
 	}
 	return &Producer{cfg: cfg, log: log, rt: rt, addr: client.Addr, topics: newTopicManager(cfg, log, client, m), ring: ring, metrics: m,
-		order: newKeyOrder(cfg.AckTimeout + time.Second), codec: codec, acks: acks,
+		windows: newFailWindows(cfg.AckTimeout + time.Second), codec: codec, acks: acks,
 		partCap: 4 * cfg.MaxBatch, heldCap: 16 * cfg.MaxBatch, reqBytes: 4 * cfg.MaxBatchBytes,
 		idleAfter: time.Minute, tick: tick, hangAfter: hangAfter(cfg.AckTimeout),
 		tqs: make(map[string]*topicQ), brokers: make(map[int32]*brokerQ), metaWant: make(map[string]bool),
@@ -185,7 +185,7 @@ func New(cfg Config, log *slog.Logger, client *kafka.Client, ring *ringbuffer.Ri
 // (evicted from the ring, for one), failed at now: the later records of
 // its key received before now fail too instead of overtaking it, as for
 // a record the producer failed itself. Safe for concurrent use with Run.
-func (p *Producer) Failed(r *Record, now time.Time) { p.order.fail(r, now) }
+func (p *Producer) Failed(r *Record, now time.Time) { p.windows.fail(r, now) }
 
 // hangAfter is how long a produce request may stay unanswered before its
 // partitions count as stalled: a tenth of the ack timeout, within
@@ -302,8 +302,8 @@ func (p *Producer) place(r *Record, now time.Time) bool {
 		p.fail(r, errShutdown, now, false)
 		return true
 	}
-	if p.order.blocked(r) {
-		p.fail(r, errOrder(r), now, false)
+	if p.windows.blocked(r) {
+		p.fail(r, errBehindFailure(r), now, false)
 		return true
 	}
 	if p.held >= p.heldCap {
@@ -379,7 +379,7 @@ func (p *Producer) fail(r *Record, err error, now time.Time, poison bool) {
 	r.complete(err)
 	p.metrics.ProduceErrors.Inc()
 	if poison {
-		p.order.fail(r, now)
+		p.windows.fail(r, now)
 	}
 }
 
@@ -389,8 +389,8 @@ func (p *Producer) drop(r *Record, now time.Time) bool {
 	switch {
 	case r.expired(now):
 		p.fail(r, fmt.Errorf("%w: no acknowledgement within %s", ErrKafkaUnavailable, p.cfg.AckTimeout), now, true)
-	case p.order.blocked(r):
-		p.fail(r, errOrder(r), now, false)
+	case p.windows.blocked(r):
+		p.fail(r, errBehindFailure(r), now, false)
 	default:
 		return false
 	}
@@ -429,7 +429,7 @@ func (p *Producer) sweep(now time.Time) {
 	}
 	if now.Sub(p.lastPrune) > time.Second {
 		p.lastPrune = now
-		p.order.prune(now)
+		p.windows.prune(now)
 	}
 }
 
