@@ -22,16 +22,16 @@ type Record struct {
 	Key     []byte
 	Value   []byte
 	Headers []kafka.Header
-	// Received is when the record was accepted (for the bridge: when the
+	// Received is when the record was accepted (the bridge: when its
 	// broker accepted the publish); it is the record timestamp (CreateTime)
-	// and the start of the publish-to-ack metric.
+	// and the start of Metrics.PublishToAck.
 	Received time.Time
 	// Deadline is when the waiting client gives up: the producer fails the
 	// record then, whatever shares its request. Zero: no deadline, the
 	// record is retried while the producer runs (best effort, QoS 0).
 	Deadline time.Time
-	// Done reports the outcome exactly once (nil: a success, or an error
-	// wrapping one of the Err* values); nil Done: nobody waits (QoS 0).
+	// Done reports the outcome exactly once: nil, or an error wrapping one
+	// of the Err* values. Nil: nobody waits (QoS 0).
 	Done func(error)
 	// Partition and Offset say where Kafka appended the record (set before
 	// Done reports success).
@@ -70,25 +70,22 @@ func (r *Record) expired(now time.Time) bool {
 	return !r.Deadline.IsZero() && now.After(r.Deadline)
 }
 
-// Producer drains the ring into Kafka (the package comment states its
-// promises). It is the batcher of the design: a batch leaves as soon as
-// the ring runs dry, never on a timer (unless Config.Linger is set).
+// Producer drains the ring into Kafka, keeping the promises of the package
+// comment.
 //
-// Shape: one loop goroutine owns all state. Records go into a queue per
-// partition; a partition has at most one produce request in flight, so
-// records of one key stay in order and a retry resends the same records
-// before any later one. Every partition that is ready (records queued,
-// nothing in flight, leader known, not backing off) joins ONE produce
-// request to its leader broker, carrying every ready partition of every
-// topic; a broker has one request in flight at a time, and what arrives
-// meanwhile rides in the next one. A request runs on a goroutine of its own
-// and reports back to the loop, which never waits for Kafka: one slow,
-// failing or leaderless partition holds up only itself.
+// Shape: one loop goroutine (Run) owns all state. Records go into a queue
+// per partition; a partition has at most one produce request in flight.
+// Every partition that is ready joins ONE produce request to its leader
+// broker, carrying every ready partition of every topic; a broker has up to
+// maxBrokerInflight requests in flight (disjoint partitions), and what
+// arrives meanwhile rides in the next one. A request runs on a goroutine of
+// its own and reports back to the loop, which never waits for Kafka: one
+// slow, failing or leaderless partition holds up only itself.
 //
 // Memory is bounded while Kafka is away: the loop stops taking records from
 // the ring when it holds heldCap records, or when a QoS 0 record finds its
 // healthy partition at partCap (it drains within a round trip); the ring
-// then fills and the callers feel the backpressure. QoS 1/2 records queue
+// then fills and the caller feels the backpressure. QoS 1/2 records queue
 // beyond partCap: they are bounded by heldCap and their deadline, and a
 // partition whose broker hangs (no answer, no error until the ack timeout)
 // must not stop the loop before anyone can tell it from a slow one. A
@@ -615,7 +612,7 @@ func classify(err error) error {
 // fails at once, whatever kafka-go's Temporary says (it calls
 // CORRUPT_MESSAGE temporary, but Kafka answers it for records it will
 // never take, and TCP and the batch CRC leave corruption on the way
-// improbable): retried, a QoS 0 one would be for the bridge's life.
+// improbable): retried, a QoS 0 one would be for the producer's life.
 func recordRejected(err error) bool {
 	return tooLarge(err) || errors.Is(err, kafka.InvalidRecord) || errors.Is(err, kafka.InvalidMessage) ||
 		errors.Is(err, kafka.InvalidTimestamp) || errors.Is(err, kafka.InvalidMessageSize)

@@ -14,7 +14,7 @@ import (
 	metadataAPI "github.com/segmentio/kafka-go/protocol/metadata"
 )
 
-// topicManager reads the leaders of the Kafka topics the bridge writes to
+// topicManager reads the leaders of the Kafka topics the producer writes to
 // and creates missing topics with message.timestamp.type=LogAppendTime, up
 // to a cap. Existing topics are used as they are.
 //
@@ -160,14 +160,15 @@ func kafkaError(code int16) error {
 	return kafka.Error(code)
 }
 
-// create creates topics in one request, up to kafka.max_created_topics. It
+// create creates topics in one request, up to Config.MaxCreatedTopics. It
 // returns, per topic, nil when the topic exists now (created or already
 // there) or the reason it does not.
 //
 // The request goes through the transport itself rather than
 // kafka.Client.CreateTopics, which drops what a CreateTopics v5 response
 // says of the topic created: its replication factor, the cluster's own
-// when kafka.replication_factor is -1 (the default), is logged.
+// when Config.ReplicationFactor is ClusterReplicationFactor (the
+// bridge's default), is logged.
 func (m *topicManager) create(ctx context.Context, topics []string) (map[string]error, error) {
 	out := make(map[string]error, len(topics))
 	var req []createtopicsAPI.RequestTopic

@@ -3,7 +3,7 @@
 # how often it failed.
 #
 #   scripts/flaky.sh N [go test args...]   N runs of `go test -race -count=1 -p 1` over the
-#                                          given packages (default: ./bridge/
+#                                          given packages (default: ./bridge/ ./producer/
 #                                          ./cmd/probe/ ./probe/ ./ringbuffer/) against the
 #                                          Kafka of scripts/kafka.sh (started if needed)
 #   scripts/flaky.sh --clone N             N runs of .ci/run, each on a fresh clone of HEAD
@@ -55,7 +55,7 @@ if ((!clone)); then
 	for a in "${args[@]}"; do
 		case "$a" in ./* | github.com/*) has_pkg=1 ;; esac
 	done
-	((has_pkg)) || args+=(./bridge/ ./cmd/probe/ ./probe/ ./ringbuffer/)
+	((has_pkg)) || args+=(./bridge/ ./producer/ ./cmd/probe/ ./probe/ ./ringbuffer/)
 fi
 trap 'if ((started)); then scripts/kafka.sh down >/dev/null 2>&1 || true; fi' EXIT
 
