@@ -52,12 +52,10 @@ func (r *Record) size() int {
 	return n
 }
 
-// Complete reports err through Done, if set. For a record that never
-// reached the producer (refused or evicted before); the producer reports
-// the outcome of the records it takes itself.
-func (r *Record) Complete(err error) { r.complete(err) }
-
-func (r *Record) complete(err error) {
+// Complete reports err through Done, if set. The producer does it for the
+// records it takes; the caller for those that never reach it (refused, or
+// evicted from the ring).
+func (r *Record) Complete(err error) {
 	if r.Done != nil {
 		r.Done(err)
 	}
@@ -373,7 +371,7 @@ func (p *Producer) fail(r *Record, err error, now time.Time, poison bool) {
 	if !r.finish() {
 		return // acknowledged meanwhile
 	}
-	r.complete(err)
+	r.Complete(err)
 	p.metrics.ProduceErrors.Inc()
 	if poison {
 		p.windows.fail(r, now)

@@ -224,7 +224,7 @@ func (p *Producer) settle(c *produceCall) {
 			if r.finish() {
 				r.Partition, r.Offset = sl.pq.id, sl.base+int64(k)
 				p.metrics.PublishToAck.Observe(now.Sub(r.Received).Seconds())
-				r.complete(nil)
+				r.Complete(nil)
 			}
 		}
 		p.metrics.RecordsProduced.Add(float64(len(sl.pq.flight)))
