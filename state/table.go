@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -272,7 +273,9 @@ func (t *Table) apply(r *kgo.Record) bool {
 		delete(t.rows, k) // the reader is past every older record of k
 		return true
 	}
-	t.rows[k] = row{value: r.Value, offset: r.Offset, part: r.Partition}
+	// A copy: r.Value is a slice of the fetch's buffer, which holds every
+	// other record of the fetch too (older values of this and other keys).
+	t.rows[k] = row{value: bytes.Clone(r.Value), offset: r.Offset, part: r.Partition}
 	return true
 }
 
