@@ -189,6 +189,21 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	testhelp.WaitFor(t, timeout, what, cond)
 }
 
+// waitAcked waits until b's session of client id has nothing in flight:
+// b has every acknowledgement of what it delivered. Paho (v3) sends a PUBACK
+// after its message handler returns and Disconnect does not wait for it, so
+// a persistent session that leaves at once may leave a delivery
+// unacknowledged, which a resume then rightly redelivers (at least once).
+// A test whose later step counts exact deliveries calls this before the
+// client leaves.
+func waitAcked(t testing.TB, b *Bridge, id string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "the instance has the client's acknowledgements", func() bool {
+		cl, ok := b.server.Clients.Get(id)
+		return ok && cl.State.Inflight.Len() == 0
+	})
+}
+
 // rawConn is a plain TCP connection for malformed-input tests.
 func rawConn(t testing.TB, addr string) net.Conn {
 	t.Helper()

@@ -566,10 +566,7 @@ func TestSessionQueueCap(t *testing.T) {
 			// is redelivered on the next resume, as it must be. The
 			// next resume's assertion is about the queue cap, so the
 			// client leaves only once the instance has every PUBACK.
-			waitFor(t, 10*time.Second, "the instance has the client's PUBACKs", func() bool {
-				cl, ok := inst.server.Clients.Get(id)
-				return ok && cl.State.Inflight.Len() == 0
-			})
+			waitAcked(t, inst, id)
 		}
 		resume(b, "live1", "m0", "m1", "m2")
 		if d := metricValue(t, b, "ferry_dropped_total", map[string]string{"reason": "session_queue_full"}); d != 7 {
