@@ -52,6 +52,10 @@ func TestResumeAfterLocalDeliveryOvertookReverse(t *testing.T) {
 		t.Fatalf("publish: %v", tok.Error())
 	}
 	wantFirst(t, got, "m5", "the local delivery (the reverse path is held)")
+	// The PUBACK of m5 is in before the client goes (Paho sends it after
+	// the handler, and Disconnect does not wait): without it the position
+	// stays at 0 whatever the product does, and the test proves nothing.
+	waitAcked(t, b, id)
 	sub.Disconnect(250)
 	wantPositionAtMost(t, cfg, id, k, 0, "past offsets 0..4, which the reverse path had not delivered yet")
 
@@ -122,6 +126,7 @@ func TestResumeBringsOwnQoS2RecordOvertakenByReverse(t *testing.T) {
 	}
 	produceAll(t, kgoProducer(t, brokers), []*kgo.Record{{Topic: k, Value: []byte("r1")}})
 	wantFirst(t, got, "r1", "from the reverse path (the QoS 2 publish is held)")
+	waitAcked(t, b, id) // r1's PUBACK is in: otherwise the position stays at 0 anyway
 	sub.Disconnect(250)
 	wantPositionAtMost(t, cfg, id, k, 0, "past its own QoS 2 record at 0, which it never got")
 	close(gate.release)
