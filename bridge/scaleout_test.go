@@ -23,6 +23,10 @@ func TestScaleOutThroughKafka(t *testing.T) {
 	kafkatest.CreateTopic(t, brokers, k, 1, nil)
 	cfg := func() Config {
 		c := testConfig(brokers)
+		// Order and exactly-once are the subject, not latency: up to 1,024
+		// pipelined QoS 1 publishes in flight under -race on a loaded
+		// machine may take longer than testConfig's 5 s ack timeout.
+		c.Kafka.AckTimeout = 60 * time.Second
 		c.Reverse.Topics = []string{k}
 		c.Reverse.StartOffset = "earliest"
 		return c
