@@ -166,7 +166,10 @@ func TestSessionResumesOnAnotherInstance(t *testing.T) {
 
 // TestSessionTakeoverAcrossInstances: an MQTT 5 session connected on a is
 // claimed by a new connection on b: a's client is sent DISCONNECT 0x8E
-// (Session taken over) within 2 s.
+// (Session taken over) once a reads the claim. It takes milliseconds (the
+// test logs it); the bound is 10 s, not a latency target a loaded 2-core
+// machine under -race must meet, and still far below anything else that
+// could end the connection (its keep alive is 30 s).
 func TestSessionTakeoverAcrossInstances(t *testing.T) {
 	stateModes(t, func(t *testing.T, ca, cb Config) {
 		a, b := startBridge(t, ca), startBridge(t, cb)
@@ -189,8 +192,8 @@ func TestSessionTakeoverAcrossInstances(t *testing.T) {
 				t.Fatalf("old connection got DISCONNECT %#x, want 0x8E", r)
 			}
 			t.Logf("taken over after %s", time.Since(start).Round(time.Millisecond))
-		case <-time.After(2 * time.Second):
-			t.Fatal("old connection on a not disconnected within 2 s of the new one on b")
+		case <-time.After(10 * time.Second):
+			t.Fatal("old connection on a not disconnected within 10 s of the new one on b")
 		}
 	})
 }
