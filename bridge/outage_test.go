@@ -47,7 +47,9 @@ func TestKafkaUnreachableAtStart(t *testing.T) {
 	if res != nil && res.ReasonCode != 0x80 {
 		t.Fatalf("reason code = %#x, want 0x80", res.ReasonCode)
 	}
-	if took > cfg.Kafka.AckTimeout+2*time.Second {
+	// Nothing but the 2 s ack timeout refuses it before paho's 10 s; the
+	// slack is for a loaded machine under -race, not a latency target.
+	if took > cfg.Kafka.AckTimeout+5*time.Second {
 		t.Fatalf("negative ack took %s, want within the ack timeout %s", took, cfg.Kafka.AckTimeout)
 	}
 	t.Logf("v5 QoS1 publish refused with reason 0x80 after %s (ack timeout %s)", took.Round(time.Millisecond), cfg.Kafka.AckTimeout)

@@ -313,7 +313,11 @@ func TestWillOfRestartedInstance(t *testing.T) {
 	}
 	t.Cleanup(fake.Close)
 	brokers := strings.Join(fake.ListenAddrs(), ",")
-	const lapse = 10 * time.Second // longer than a restart takes
+	// Longer than a restart takes, also on a loaded machine (the kill, a's
+	// start until ready, its Will through Kafka to b: past the lapse b
+	// rightly counts a dead and publishes the Will itself). A pass does not
+	// wait for it.
+	const lapse = 30 * time.Second
 	cb := testConfig(brokers)
 	useStateEnv(t, &cb)
 	cb.State.HeartbeatInterval, cb.State.InstanceLapse = testBeat, lapse

@@ -98,7 +98,11 @@ func TestProducerAckTimeoutHoldsWithQoS0(t *testing.T) {
 	if !errors.Is(err, ErrKafkaUnavailable) {
 		t.Fatalf("QoS 1 record: err = %v, want ErrKafkaUnavailable", err)
 	}
-	if late := at.Sub(start); late > 4*ackTimeout {
+	// Without the fix the record retries until the partition is healthy
+	// (after this check): any ErrKafkaUnavailable here is its deadline's.
+	// The bound is loose (3 s; the wait above is 9 s) for a loaded machine
+	// under -race.
+	if late := at.Sub(start); late > 10*ackTimeout {
 		t.Fatalf("QoS 1 record failed after %s, ack timeout %s", late, ackTimeout)
 	}
 	close(healthy)
