@@ -120,15 +120,17 @@ func injectedDelayConfig(t testing.TB) Config {
 // hop (a real relay, not one that reads stamps). The figures then also
 // include the generator's timer overshoot (counted, as coordinated-omission
 // correction requires) and the first MQTT hop, which on a loaded 2-core
-// machine reach 1-2 ms: the lower bound is strict, the upper one is loose.
+// machine reach 1-2 ms: the lower bound is strict, the upper one is on the
+// fastest sample (a probe that counted the hold twice has none below
+// 10 ms; load moves the median, not every sample).
 func TestInjectedDelayHop(t *testing.T) {
 	b := startBroker(t)
 	forwardMQTT(t, b, "/delay/in", "/delay/out", 1, 5*time.Millisecond)
 	cfg := testConfig(Roundtrip, b, nil)
 	cfg.Topic, cfg.ReplyTopic = "/delay/in", "/delay/out"
 	cfg.Count, cfg.Warmup, cfg.Rate = 200, 10, 200
-	if f := delayRun(t, cfg); f.P50 > 10 {
-		t.Fatalf("p50 %.3f ms with a 5 ms hop: %+v", f.P50, f)
+	if f := delayRun(t, cfg); f.Min >= 10 {
+		t.Fatalf("min %.3f ms with a 5 ms hop: %+v", f.Min, f)
 	}
 }
 
