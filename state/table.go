@@ -29,6 +29,10 @@ type TableConfig struct {
 	Opts []kgo.Opt
 	// WriteTimeout bounds one Put or Delete, retries included.
 	WriteTimeout time.Duration
+	// Tag, if not nil, sorts each value into one of a few kinds (a session
+	// online or offline, say) when it enters the table; Count returns how
+	// many keys have each kind, without reading the table.
+	Tag func(value []byte) uint8
 }
 
 // Change is one record of the table as the reader applied it.
@@ -54,6 +58,7 @@ type Table struct {
 
 	mu       sync.Mutex
 	rows     map[string]row
+	counts   map[uint8]int   // keys with a value, by Tag
 	pos      map[int32]int64 // next offset to read, per partition
 	progress chan struct{}   // closed and replaced whenever pos moves
 	watch    func(Change)
@@ -68,6 +73,31 @@ type row struct {
 	value  []byte
 	offset int64
 	part   int32
+	tag    uint8 // TableConfig.Tag of value
+}
+
+// set stores r under k and keeps the counts by tag (t.mu held).
+func (t *Table) set(k string, r row) {
+	if r.value != nil && t.cfg.Tag != nil {
+		r.tag = t.cfg.Tag(r.value)
+	}
+	t.uncount(k)
+	t.rows[k] = r
+	if r.value != nil {
+		t.counts[r.tag]++
+	}
+}
+
+// remove deletes k (t.mu held).
+func (t *Table) remove(k string) {
+	t.uncount(k)
+	delete(t.rows, k)
+}
+
+func (t *Table) uncount(k string) {
+	if cur, ok := t.rows[k]; ok && cur.value != nil {
+		t.counts[cur.tag]--
+	}
 }
 
 // ErrClosed is returned by a Table after Close.
@@ -103,7 +133,7 @@ func Open(cfg TableConfig, log *slog.Logger, watch func(Change)) (*Table, error)
 	}
 	t := &Table{
 		cfg: cfg, log: log.With("component", "state", "topic", cfg.Topic), cl: cl, admin: kadm.NewClient(cl),
-		rows: make(map[string]row), pos: make(map[int32]int64), progress: make(chan struct{}), watch: watch,
+		rows: make(map[string]row), counts: make(map[uint8]int), pos: make(map[int32]int64), progress: make(chan struct{}), watch: watch,
 		stop: make(chan struct{}), done: make(chan struct{}), loaded: make(chan struct{}),
 	}
 	go t.read()
@@ -270,12 +300,12 @@ func (t *Table) apply(r *kgo.Record) bool {
 		return false
 	}
 	if r.Value == nil {
-		delete(t.rows, k) // the reader is past every older record of k
+		t.remove(k) // the reader is past every older record of k
 		return true
 	}
 	// A copy: r.Value is a slice of the fetch's buffer, which holds every
 	// other record of the fetch too (older values of this and other keys).
-	t.rows[k] = row{value: bytes.Clone(r.Value), offset: r.Offset, part: r.Partition}
+	t.set(k, row{value: bytes.Clone(r.Value), offset: r.Offset, part: r.Partition})
 	return true
 }
 
@@ -363,6 +393,14 @@ func (t *Table) Each(fn func(key string, value []byte)) {
 	}
 }
 
+// Count is the number of keys whose value TableConfig.Tag sorts into tag
+// (every key with a value is tag 0 without a Tag function).
+func (t *Table) Count(tag uint8) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.counts[tag]
+}
+
 // Len is the number of keys.
 func (t *Table) Len() int {
 	t.mu.Lock()
@@ -442,12 +480,12 @@ func (t *Table) applyWrite(key string, value []byte, r *kgo.Record) {
 		return
 	}
 	if r.Offset < t.pos[r.Partition] && value == nil {
-		delete(t.rows, key) // the reader is already past it
+		t.remove(key) // the reader is already past it
 		return
 	}
 	// A tombstone stays as a nil row until the reader passes it: an older
 	// record of the key read later must not bring the key back.
-	t.rows[key] = row{value: value, offset: r.Offset, part: r.Partition}
+	t.set(key, row{value: value, offset: r.Offset, part: r.Partition})
 }
 
 // Flush waits until every write issued so far is acknowledged or failed,

@@ -160,3 +160,53 @@ func TestTableWatcherSeesRecordsSupersededByOwnWrite(t *testing.T) {
 		t.Fatalf("table holds %q, want the own later write", v)
 	}
 }
+
+// TestTableCountsByTag: Count follows every write, overwrite and delete,
+// on the writer (its own writes) and on a reader (what it read).
+func TestTableCountsByTag(t *testing.T) {
+	brokers := newCluster(t)
+	tag := func(v []byte) uint8 {
+		if string(v) == "on" {
+			return 1
+		}
+		return 2
+	}
+	open := func() *Table {
+		tb, err := Open(TableConfig{Brokers: brokers, Topic: "_ferry_test", Partitions: 4, ReplicationFactor: 1, Tag: tag}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(tb.Close)
+		<-tb.Loaded()
+		return tb
+	}
+	w, r := open(), open()
+	ctx := context.Background()
+	for i := range 10 {
+		if err := w.Put(ctx, fmt.Sprintf("k%d", i), []byte("on")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 4 {
+		if err := w.Put(ctx, fmt.Sprintf("k%d", i), []byte("off")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Delete(ctx, "k9"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Delete(ctx, "k0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(ctx); err != nil { // the writer reads its own records back too
+		t.Fatal(err)
+	}
+	for name, tb := range map[string]*Table{"writer": w, "reader": r} {
+		if on, off := tb.Count(1), tb.Count(2); on != 5 || off != 3 {
+			t.Errorf("%s: Count(on) %d, Count(off) %d, want 5 and 3", name, on, off)
+		}
+	}
+}
