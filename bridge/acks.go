@@ -7,6 +7,8 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/ferry-bridge/ferry/session"
 )
 
 // ackQueue orders the acknowledgements of one connection. Kafka may settle
@@ -55,7 +57,7 @@ type ackQueue struct {
 	// qos2Floor: an accepted QoS 2 publish of this connection holds the
 	// reverse path's progress until mochi has delivered it
 	// (hook.publishQoS2).
-	qos2Floor atomic.Pointer[coord]
+	qos2Floor atomic.Pointer[session.Coord]
 
 	mu       sync.Mutex
 	queue    []*pending
@@ -73,7 +75,7 @@ type pending struct {
 	topic string
 	local *packets.Packet // QoS 1, for local delivery; nil when nobody subscribes
 	floor bool            // QoS 1: holds reverseProgress until delivered locally (localAcked)
-	coord coord           // where Kafka appended it (set before done on success)
+	coord session.Coord   // where Kafka appended it (set before done on success)
 	slot  bool            // holds a slot of ackQueue.slots
 	turn  chan error      // QoS 2: receives the outcome when its turn has come
 	done  bool
@@ -196,7 +198,7 @@ func (q *ackQueue) write(batch []*pending, viaMochi bool) {
 			q.h.deliverLocal(q.cl, p.local, p.coord)
 		}
 		if p.floor {
-			q.h.progress.localDelivered(p.coord)
+			q.h.progress.LocalDelivered(p.coord)
 		}
 	}
 	w := ackWriter{q: q, viaMochi: viaMochi}

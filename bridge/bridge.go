@@ -24,12 +24,11 @@ import (
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-bridge/ferry/internal/kafkaclient"
 	"github.com/ferry-bridge/ferry/producer"
 	"github.com/ferry-bridge/ferry/ringbuffer"
-	"github.com/ferry-bridge/ferry/state"
+	"github.com/ferry-bridge/ferry/session"
 	"github.com/ferry-bridge/ferry/topicmap"
 )
 
@@ -43,25 +42,18 @@ type Bridge struct {
 	server      *mqtt.Server
 	canRead     readCheck // the MQTT ACL's read check (nil: no ACL)
 	hook        *hook
-	wills       *willKeeper
-	willsDone   chan struct{}
 	ring        *ringbuffer.Ring[*producer.Record]
 	tm          *topicmap.Map
 	kclient     *kafka.Client
 	producer    *producer.Producer
 	reverse     *reverse
 	order       *inflightOrder
-	sessions    *state.Table
-	sessionHook *sessionHook
-	retained    *retainedState
-	stateAdmins []*kgo.Client
-	stateStop   chan struct{}
-	stateDone   chan struct{}
+	stateEngine *session.Engine // sessions and retained messages in Kafka
 	embedded    *embeddedKafka
 	http        *httpServer
 	instance    *instanceCheck
 
-	// replaySlots is how many session replays run at once (0: maxReplays);
+	// replaySlots is how many session replays run at once (0: session.MaxReplays);
 	// tests set it before Run.
 	replaySlots int
 
@@ -264,13 +256,13 @@ func (b *Bridge) start(ctx context.Context) error {
 	if err := b.server.AddHook(b.hook, nil); err != nil {
 		return fmt.Errorf("mqtt hook: %w", err)
 	}
+	b.order = newInflightOrder(b.server)
 	if err := b.openState(ctx, brokers); err != nil {
 		return err
 	}
-	b.hook.retained = b.retained
-	b.hook.inj = b.sessionHook.inj
-	b.hook.progress = b.sessionHook.reverse // nil without reverse topics
-	b.sessionHook.subscribed = b.hook.markSubscribed
+	b.hook.retained = b.stateEngine.Retained()
+	b.hook.inj = b.stateEngine.Injections()
+	b.hook.progress = b.stateEngine.ReverseProgress() // nil without reverse topics
 	if err := b.addSessionHooks(); err != nil {
 		return err
 	}
@@ -297,9 +289,9 @@ func (b *Bridge) start(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("reverse path: %w", err)
 		}
-		b.reverse.retained = b.retained
-		b.reverse.inj = b.sessionHook.inj
-		b.reverse.progress = b.sessionHook.reverse
+		b.reverse.retained = b.stateEngine.Retained()
+		b.reverse.inj = b.stateEngine.Injections()
+		b.reverse.progress = b.stateEngine.ReverseProgress()
 		b.reverseCtx, b.reverseCancel = context.WithCancel(context.Background())
 		b.workers.Add(1)
 		go func() {
@@ -455,13 +447,13 @@ func (b *Bridge) shutdown() error {
 				errs = append(errs, fmt.Errorf("mqtt close: %w", err))
 			}
 		}
-		if b.sessions != nil {
+		if b.stateEngine != nil {
 			// The session ends the broker just wrote (tombstones of clean
 			// sessions are not awaited) go before the last heartbeat: an
 			// instance that reads it and then the sessions topic finds
 			// none of them still connected.
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			if err := b.sessions.Flush(ctx); err != nil {
+			if err := b.stateEngine.Flush(ctx); err != nil {
 				b.log.Debug("session writes not flushed at stop", "err", err)
 			}
 			cancel()

@@ -267,3 +267,17 @@ func TestReplicationFactorValues(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateInstanceLapse: the lapse must exceed two heartbeats.
+func TestValidateInstanceLapse(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.State.HeartbeatInterval, cfg.State.InstanceLapse = time.Second, 2*time.Second
+	var fe *FieldError
+	if err := cfg.Validate(); !errors.As(err, &fe) || fe.Key != "state.instance_lapse" {
+		t.Fatalf("Validate with a lapse of 2 heartbeats: %v, want a FieldError for state.instance_lapse", err)
+	}
+	cfg.State.InstanceLapse = 3 * time.Second
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("Validate with a lapse of 3 heartbeats: %v", err)
+	}
+}

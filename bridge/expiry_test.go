@@ -267,7 +267,7 @@ func TestSessionEndsAfterMaxExpiry(t *testing.T) {
 		seen := map[string]bool{}
 		waitFor(t, 10*time.Second, "the four disconnect records", func() bool {
 			for _, id := range []string{here, there, asked, atDisconnect} {
-				rec := a.sessionHook.lookup(id)
+				rec := a.stateEngine.Lookup(id)
 				if seen[id] || rec == nil || rec.Connected {
 					continue
 				}
@@ -337,7 +337,7 @@ func TestExpiredSessionOfClosedInstanceDeleted(t *testing.T) {
 		// a is gone: whatever ends the session now is b.
 		var rec *state.Session
 		waitFor(t, 10*time.Second, "b to read a's disconnect record", func() bool {
-			rec = b.sessionHook.lookup(id)
+			rec = b.stateEngine.Lookup(id)
 			return rec != nil && !rec.Connected
 		})
 		if rec.Owner != ca.Instance.ID {
@@ -346,7 +346,7 @@ func TestExpiredSessionOfClosedInstanceDeleted(t *testing.T) {
 		if rec.Expiry != 3 {
 			t.Errorf("a's disconnect record says expiry %d, want 3 (mqtt.max_session_expiry)", rec.Expiry)
 		}
-		waitFor(t, 20*time.Second, "b to delete the expired session of closed a", func() bool { return b.sessionHook.lookup(id) == nil })
+		waitFor(t, 20*time.Second, "b to delete the expired session of closed a", func() bool { return b.stateEngine.Lookup(id) == nil })
 		if d := time.Since(time.UnixMilli(rec.Disconnected)); d < 3*time.Second {
 			t.Fatalf("deleted %s after the client went, before its expiry of 3s", d)
 		}

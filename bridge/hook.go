@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferry-bridge/ferry/producer"
 	"github.com/ferry-bridge/ferry/ringbuffer"
+	"github.com/ferry-bridge/ferry/session"
 	"github.com/ferry-bridge/ferry/topicmap"
 )
 
@@ -56,13 +57,13 @@ type hook struct {
 	queues sync.Map // *mqtt.Client -> *ackQueue
 	locals *localPublishers
 	// retained keeps retained messages in Kafka (nil: tests without state).
-	retained *retainedState
+	retained *session.Retained
 	// inj tells persistent sessions' positions where a delivered message
 	// sits in Kafka (positions.go).
-	inj *injections
+	inj *session.Injections
 	// progress, when the reverse path and sessions run, holds persistent
 	// sessions' positions at own records waiting for their local delivery.
-	progress *reverseProgress
+	progress *session.ReverseProgress
 }
 
 // markSubscribed tells cl's acknowledgement queue that mochi writes
@@ -75,7 +76,7 @@ func (h *hook) writeRetained(cl *mqtt.Client, pk *packets.Packet, done func(erro
 	if !pk.FixedHeader.Retain || h.retained == nil {
 		return false
 	}
-	h.retained.write(cl.ID, pk, done)
+	h.retained.Write(cl.ID, pk, done)
 	return true
 }
 
@@ -133,7 +134,7 @@ func (h *hook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
 // next injection under its client id waits for it (injections).
 func (h *hook) endInjection(cl *mqtt.Client, q *ackQueue) {
 	if h.inj != nil && q.injecting.CompareAndSwap(true, false) {
-		h.inj.end(cl.ID)
+		h.inj.End(cl.ID)
 	}
 }
 
@@ -226,7 +227,7 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		if h.inj != nil {
 			// mochi delivers it on this goroutine next; OnPublished ends it
 			// (or OnDisconnect, when mochi fails the PUBREC's write first).
-			h.inj.begin(cl.ID, coord{rec.Topic, rec.Partition, rec.Offset}, pk.TopicName)
+			h.inj.Begin(cl.ID, session.Coord{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}, pk.TopicName)
 			h.queue(cl).injecting.Store(true)
 		}
 		return pk, nil
@@ -368,9 +369,9 @@ func (h *hook) publishQoS1(cl *mqtt.Client, pk packets.Packet, rec *producer.Rec
 	p := q.add(&pk, local)
 	p.slot = true
 	rec.Done = func(err error) {
-		p.coord = coord{rec.Topic, rec.Partition, rec.Offset}
+		p.coord = session.Coord{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}
 		if err == nil && local != nil {
-			p.floor = h.progress.localAcked(p.coord)
+			p.floor = h.progress.LocalAcked(p.coord)
 		}
 		q.complete(p, err)
 	}
@@ -390,7 +391,7 @@ func (h *hook) publishQoS1(cl *mqtt.Client, pk packets.Packet, rec *producer.Rec
 // when nobody subscribes.
 func (h *hook) mayDeliverLocally(pk *packets.Packet) bool {
 	return pk.FixedHeader.Retain || atomic.LoadInt64(&h.server.Info.Subscriptions) > 0 ||
-		h.inj != nil && h.inj.replaying.Load() > 0
+		h.inj != nil && h.inj.Replaying()
 }
 
 // publishQoS2 waits until Kafka has acknowledged the record and every
@@ -407,12 +408,12 @@ func (h *hook) publishQoS2(cl *mqtt.Client, pk *packets.Packet, rec *producer.Re
 	p := q.add(pk, nil)
 	p.turn = make(chan error, 1)
 	local := h.mayDeliverLocally(pk)
-	var mu sync.Mutex // orders done's hold against a turn that never came
-	var held *coord   // the record holding the reverse path's progress
+	var mu sync.Mutex       // orders done's hold against a turn that never came
+	var held *session.Coord // the record holding the reverse path's progress
 	abandoned := false
 	rec.Done = func(err error) {
 		mu.Lock()
-		if c := (coord{rec.Topic, rec.Partition, rec.Offset}); err == nil && local && !abandoned && h.progress.localAcked(c) {
+		if c := (session.Coord{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}); err == nil && local && !abandoned && h.progress.LocalAcked(c) {
 			held = &c
 		}
 		mu.Unlock()
@@ -432,7 +433,7 @@ func (h *hook) publishQoS2(cl *mqtt.Client, pk *packets.Packet, rec *producer.Re
 	case !ok:
 		abandoned = true
 		if held != nil { // no delivery follows
-			h.progress.localDelivered(*held)
+			h.progress.LocalDelivered(*held)
 		}
 	case held != nil:
 		q.qos2Floor.Store(held)
@@ -444,7 +445,7 @@ func (h *hook) publishQoS2(cl *mqtt.Client, pk *packets.Packet, rec *producer.Re
 // path's progress once mochi has delivered it (or its connection failed).
 func (h *hook) releaseQoS2Floor(q *ackQueue) {
 	if c := q.qos2Floor.Swap(nil); c != nil {
-		h.progress.localDelivered(*c)
+		h.progress.LocalDelivered(*c)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/ferry-bridge/ferry/session"
 )
 
 // localListener names the inline clients that deliver pipelined QoS 1
@@ -37,7 +39,7 @@ func newLocalPublishers() *localPublishers {
 	return &localPublishers{free: make(chan *localPublisher, 64)}
 }
 
-func (h *hook) deliverLocal(from *mqtt.Client, pk *packets.Packet, c coord) {
+func (h *hook) deliverLocal(from *mqtt.Client, pk *packets.Packet, c session.Coord) {
 	lp := h.locals.get(h.server)
 	lp.cl.ID = from.ID
 	lp.cl.Properties.ProtocolVersion = from.Properties.ProtocolVersion
@@ -47,13 +49,13 @@ func (h *hook) deliverLocal(from *mqtt.Client, pk *packets.Packet, c coord) {
 	// The alias was resolved on the publisher's connection.
 	out.Properties.TopicAlias, out.Properties.TopicAliasFlag = 0, false
 	if h.inj != nil {
-		h.inj.begin(lp.cl.ID, c, pk.TopicName) // positions of persistent subscribers
+		h.inj.Begin(lp.cl.ID, c, pk.TopicName) // positions of persistent subscribers
 	}
 	if err := h.server.InjectPacket(lp.cl, out); err != nil {
 		h.log.Debug("local delivery", "topic", pk.TopicName, "err", err)
 	}
 	if h.inj != nil {
-		h.inj.end(lp.cl.ID)
+		h.inj.End(lp.cl.ID)
 	}
 	h.locals.put(lp)
 }

@@ -63,7 +63,7 @@ func TestResumeAfterLocalDeliveryOvertookReverse(t *testing.T) {
 	// out now reaches nobody, and must not count for the session.
 	close(hold)
 	waitFor(t, 10*time.Second, "the reverse path past the records", func() bool {
-		next, _, known := b.sessionHook.reverse.limit(tp{k, 0})
+		next, _, known := b.stateEngine.ReverseLimit(k, 0)
 		return known && next >= 6
 	})
 	sub2 := connectPaho(t, b.MQTTAddr(), id, persistent)
@@ -136,7 +136,7 @@ func TestResumeBringsOwnQoS2RecordOvertakenByReverse(t *testing.T) {
 	}
 	// Delivered (to nobody: the session is away): the hold ends.
 	waitFor(t, 10*time.Second, "the reverse path's progress released past the QoS 2 record", func() bool {
-		next, _, known := b.sessionHook.reverse.limit(tp{k, 0})
+		next, _, known := b.stateEngine.ReverseLimit(k, 0)
 		return known && next >= 2
 	})
 	sub2 := connectPaho(t, b.MQTTAddr(), id, persistent)

@@ -11,35 +11,6 @@ import (
 	"github.com/ferry-bridge/ferry/topicmap"
 )
 
-// TestTopicListerShares: replays share a listing young enough for them; a
-// listing requested before the time a caller needs is not reused.
-func TestTopicListerShares(t *testing.T) {
-	calls := 0
-	l := &topicLister{maxAge: time.Hour, list: func(context.Context) ([]string, error) {
-		calls++
-		return []string{"t"}, nil
-	}}
-	ctx := context.Background()
-	for range 3 {
-		if _, err := l.recent(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if calls != 1 {
-		t.Fatalf("3 first passes within maxAge listed the topics %d times, want 1", calls)
-	}
-	live := time.Now()
-	if _, err := l.since(ctx, live); err != nil {
-		t.Fatal(err)
-	}
-	if calls != 2 {
-		t.Fatalf("a last pass whose subscriptions went live after the listing reused it (%d listings, want 2)", calls)
-	}
-	if _, err := l.since(ctx, live); err != nil || calls != 2 {
-		t.Fatalf("a listing requested after the subscriptions went live was not reused (%d listings, want 2, err %v)", calls, err)
-	}
-}
-
 // TestReplayFindsTopicMissingFromSharedListing: a resumed session's first
 // pass uses the shared listing of topics, which may predate a topic
 // created since (here: filled, without it, after its messages were
@@ -63,18 +34,14 @@ func TestReplayFindsTopicMissingFromSharedListing(t *testing.T) {
 		publishN(t, pub, topic, 0, 3)
 
 		// b's shared listing: taken now, but without the new topic.
-		lister := b.sessionHook.replays.topics
-		names, err := lister.since(context.Background(), time.Now())
+		names, err := b.stateEngine.TopicListing(context.Background(), time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !slices.Contains(names, ktopic) {
 			t.Fatalf("the listing lacks %s: the test cannot take it out", ktopic)
 		}
-		lister.mu.Lock()
-		lister.names = slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == ktopic })
-		lister.at = time.Now()
-		lister.mu.Unlock()
+		b.stateEngine.ShareTopicListing(slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == ktopic }), time.Now())
 
 		col := &collector{}
 		sub2 := connectPaho(t, b.MQTTAddr(), id, func(o *pahov3.ClientOptions) {

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-bridge/ferry/internal/kafkatest"
+	"github.com/ferry-bridge/ferry/session"
 )
 
 // TestReplayReadsTransactionalTopic: a reverse topic written by a
@@ -48,9 +49,9 @@ func TestReplayReadsTransactionalTopic(t *testing.T) {
 	}
 	// The partition ends with the commit marker: handed out, it is at its
 	// end, and the reverse path's horizon moves past the transaction.
-	covers := time.Now().Add(-horizonSlack).UnixMilli()
+	covers := time.Now().Add(-session.HorizonSlack).UnixMilli()
 	waitFor(t, 20*time.Second, "the reverse path's horizon past the transaction", func() bool {
-		return b.sessionHook.reverse.currentHorizon() >= covers
+		return b.stateEngine.ReverseHorizon() >= covers
 	})
 
 	sub2 := connectPaho(t, b.MQTTAddr(), id, persistent)

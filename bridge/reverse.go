@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferry-bridge/ferry/session"
 	"github.com/ferry-bridge/ferry/topicmap"
 )
 
@@ -57,9 +58,9 @@ type reverse struct {
 	order   *inflightOrder
 	// retained, when set, records retained messages from Kafka in the
 	// retained table before their offset can be committed.
-	retained *retainedState
-	inj      *injections // positions of persistent subscribers
-	progress *reverseProgress
+	retained *session.Retained
+	inj      *session.Injections // positions of persistent subscribers
+	progress *session.ReverseProgress
 	commits  *committer
 	client   *kgo.Client
 	inline   *mqtt.Client
@@ -185,7 +186,7 @@ func (r *reverse) partition(ctx context.Context) func(kgo.FetchTopicPartition) {
 		}
 		r.commits.handled(last)
 		if r.progress != nil {
-			r.progress.handled(tp{p.Topic, p.Partition}, last.Offset+1)
+			r.progress.Handled(p.Topic, p.Partition, last.Offset+1)
 		}
 		lag := max(p.HighWatermark-last.Offset-1, 0)
 		r.metrics.reverseLag.WithLabelValues(p.Topic, strconv.Itoa(int(p.Partition))).Set(float64(lag))
@@ -265,8 +266,8 @@ func (r *reverse) handle(ctx context.Context, rec *kgo.Record) bool {
 	}
 	refused := atomic.LoadInt64(&r.server.Info.InflightDropped)
 	if r.inj != nil {
-		r.inj.begin(r.inline.ID, coord{rec.Topic, rec.Partition, rec.Offset}, pk.TopicName)
-		defer r.inj.end(r.inline.ID)
+		r.inj.Begin(r.inline.ID, session.Coord{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}, pk.TopicName)
+		defer r.inj.End(r.inline.ID)
 	}
 	if err := r.server.InjectPacket(r.inline, pk); err != nil {
 		r.metrics.reverseSkipped.WithLabelValues("publish_failed").Inc()
@@ -294,7 +295,7 @@ func (r *reverse) writeRetained(ctx context.Context, pk *packets.Packet) bool {
 	}
 	for ctx.Err() == nil {
 		res := make(chan error, 1)
-		r.retained.write(r.inline.ID, pk, func(err error) { res <- err })
+		r.retained.Write(r.inline.ID, pk, func(err error) { res <- err })
 		select {
 		case err := <-res:
 			if err == nil {

@@ -10,6 +10,8 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/ferry-bridge/ferry/session"
 )
 
 // inflightOrder keeps redelivery in the original order per subscriber.
@@ -83,7 +85,7 @@ func (o *inflightOrder) number(cl *mqtt.Client, pid uint16, keep bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	c := o.client(cl.ID)
-	c.stored = persistent(cl)
+	c.stored = session.Persistent(cl)
 	if _, ok := c.m[pid]; ok && keep {
 		return
 	}
@@ -102,9 +104,9 @@ func (o *inflightOrder) client(id string) *clientSeqs {
 }
 
 // OnQosComplete ends a delivery the client acknowledged (PUBACK, PUBCOMP;
-// see clientAck).
+// see session.ClientAck).
 func (o *inflightOrder) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
-	if clientAck(&pk) {
+	if session.ClientAck(&pk) {
 		o.complete(cl, pk.PacketID)
 	}
 }
@@ -284,21 +286,4 @@ func cmpUint(a, b uint64) int {
 		return 1
 	}
 	return 0
-}
-
-// clientAck reports whether a completion mochi reports to OnQosComplete is
-// the client's acknowledgement of a delivery: the PUBACK or PUBCOMP it
-// read from the wire. mochi also reports completions of the client's own
-// publishes there: the PUBREL of an inbound QoS 2 publish, and
-// acknowledgements it built itself (the PUBACK of an inbound QoS 1 publish
-// it answered, a PUBCOMP it resends from a resumed session's in-flight
-// store). Their packet id is the client's and may equal a delivery's; mochi
-// stamps what it builds with Created, a packet read from the wire has none.
-//
-// Not OnPacketRead: that hook runs for every packet a client sends, so
-// each PUBLISH would pay a call and two copies of the 800-byte packet per
-// hook on the forward path's hottest loop.
-func clientAck(pk *packets.Packet) bool {
-	t := pk.FixedHeader.Type
-	return (t == packets.Puback || t == packets.Pubcomp) && pk.Created == 0
 }

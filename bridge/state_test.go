@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-bridge/ferry/internal/kafkatest"
+	"github.com/ferry-bridge/ferry/session"
 	"github.com/ferry-bridge/ferry/state"
 )
 
@@ -210,7 +211,7 @@ func TestRetainedSharedAcrossInstances(t *testing.T) {
 			t.Fatalf("publish: %v", tok.Error())
 		}
 		v, ok := readTable(t, ca.Kafka.Brokers, ca.State.RetainedTopic)[topic]
-		var rv retainedValue
+		var rv session.RetainedValue
 		if !ok || v == nil || json.Unmarshal(v, &rv) != nil || string(rv.Msg.Payload) != "v1" {
 			t.Fatalf("at PUBACK the retained topic has %q (present %v), want v1", v, ok)
 		}
@@ -270,7 +271,7 @@ func TestRetainedFromPeerWrittenOnce(t *testing.T) {
 		if len(vs) != 1 {
 			t.Fatalf("the retained topic holds %d records for %s, want b's alone: %q", len(vs), m, vs)
 		}
-		var rv retainedValue
+		var rv session.RetainedValue
 		if err := json.Unmarshal(vs[0], &rv); err != nil || rv.Msg.Client != pubID || rv.Msg.Created == 0 || string(rv.Msg.Payload) != "v1" {
 			t.Fatalf("retained record %s (%v): want the publisher's, with its creation time", vs[0], err)
 		}
@@ -295,7 +296,7 @@ func TestRetainedWithoutCreationTimeStays(t *testing.T) {
 	cfg := testConfig(strings.Join(fake.ListenAddrs(), ","))
 	b := startBridge(t, cfg)
 	topic := "cfg/" + randHex(4)
-	v, _ := json.Marshal(&retainedValue{Msg: storage.Message{TopicName: topic, Payload: []byte("old"),
+	v, _ := json.Marshal(&session.RetainedValue{Msg: storage.Message{TopicName: topic, Payload: []byte("old"),
 		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Retain: true}}})
 	produceAll(t, kgoProducer(t, strings.Join(cfg.Kafka.Brokers, ",")),
 		[]*kgo.Record{{Topic: cfg.State.RetainedTopic, Key: []byte(topic), Value: v}})
@@ -382,13 +383,11 @@ func TestLateWriteOfFormerOwnerDoesNotReviveEndedSession(t *testing.T) {
 		id := "late-" + randHex(4)
 		held, release := make(chan struct{}), make(chan struct{})
 		var once sync.Once
-		a.sessionHook.mu.Lock()
-		a.sessionHook.beforeWrite = func(r *state.Session) {
+		a.stateEngine.SetBeforeWrite(func(r *state.Session) {
 			if r.Client == id && !r.Connected {
 				once.Do(func() { close(held); <-release })
 			}
-		}
-		a.sessionHook.mu.Unlock()
+		})
 		c := connectPaho(t, a.MQTTAddr(), id, func(o *pahov3.ClientOptions) { o.SetCleanSession(false) })
 		if tok := c.Subscribe("x/"+id, 1, nil); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 			t.Fatalf("subscribe: %v", tok.Error())

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/ferry-bridge/ferry/internal/kafkatest"
+	"github.com/ferry-bridge/ferry/session"
 	"github.com/ferry-bridge/ferry/topicmap"
 )
 
@@ -163,7 +164,7 @@ func TestWillOfKilledInstance(t *testing.T) {
 	in := subscribeWills(t, b.MQTTAddr(), base+"/#")
 	ids := map[string]string{"persistent": "p-" + randHex(3), "v5": "v-" + randHex(3)}
 	for i := 0; ids["clean"] == ""; i++ { // one x would be chosen for if it were a candidate
-		if id := fmt.Sprintf("c-%d-%s", i, randHex(3)); chooseInstance(id, []string{cb.Instance.ID, cx.Instance.ID}) == cx.Instance.ID {
+		if id := fmt.Sprintf("c-%d-%s", i, randHex(3)); session.ChooseInstance(id, []string{cb.Instance.ID, cx.Instance.ID}) == cx.Instance.ID {
 			ids["clean"] = id
 		}
 	}
@@ -172,7 +173,7 @@ func TestWillOfKilledInstance(t *testing.T) {
 	connectV5WithWill(t, a.MQTTAddr, ids["v5"], base+"/v5", "gone v5", 5)
 	waitFor(t, 10*time.Second, "b reads the three claims of a", func() bool {
 		for _, id := range ids {
-			if s := b.sessionHook.lookup(id); s == nil || !s.Connected {
+			if s := b.stateEngine.Lookup(id); s == nil || !s.Connected {
 				return false
 			}
 		}
@@ -338,7 +339,7 @@ func TestWillOfRestartedInstance(t *testing.T) {
 	id := "r-" + randHex(3)
 	connectWithWill(t, a.MQTTAddr, id, true, base+"/r", "gone r")
 	waitFor(t, 10*time.Second, "b reads a's claim", func() bool {
-		s := b.sessionHook.lookup(id)
+		s := b.stateEngine.Lookup(id)
 		return s != nil && s.Connected
 	})
 	a.kill9()
@@ -385,7 +386,7 @@ func TestWillOfSilentInstanceDropsItsClient(t *testing.T) {
 			SetConnectionLostHandler(func(pahov3.Client, error) { close(lost) })
 	})
 	waitFor(t, 10*time.Second, "b reads a's claim", func() bool {
-		s := b.sessionHook.lookup(id)
+		s := b.stateEngine.Lookup(id)
 		return s != nil && s.Connected
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

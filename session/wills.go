@@ -1,4 +1,4 @@
-package bridge
+package session
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/ferry-bridge/ferry/state"
 )
@@ -141,13 +140,13 @@ func newWillKeeper(log *slog.Logger, id, sessions string, start time.Time, lapse
 		conn: make(map[string]connRef), offline: make(map[string]offRef)}
 }
 
-// beat records a heartbeat read from _ferry_instances (instanceCheck's
-// reader goroutine).
-func (w *willKeeper) beat(id string, hb heartbeat, own bool) {
+// beat records a heartbeat read from _ferry_instances (the caller's
+// reader goroutine: Engine.Beat).
+func (w *willKeeper) beat(id string, hb Heartbeat, own bool) {
 	now := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.beats[id] = instanceBeat{at: now, stopped: hb.Stopped, sessions: hb.Sessions}
+	w.beats[id] = instanceBeat{at: now, stopped: hb.Stopped, sessions: hb.SessionsTopic}
 	if own && !hb.Stopped {
 		if w.ownFirst.IsZero() {
 			w.ownFirst = now
@@ -227,7 +226,7 @@ func (w *willKeeper) scan(now time.Time) {
 			since = w.start // a dead run of this instance
 		case w.alive(c.owner, now):
 			continue
-		case chooseInstance(k, live) != w.id:
+		case ChooseInstance(k, live) != w.id:
 			continue
 		default:
 			since = w.lastHeard(c.owner)
@@ -305,7 +304,7 @@ func (w *willKeeper) expiredDue(now time.Time) map[string]offRef {
 			due[k] = r
 		case w.alive(r.owner, now):
 			// its owner ends it
-		case chooseInstance(k, live) == w.id:
+		case ChooseInstance(k, live) == w.id:
 			due[k] = r
 		}
 	}
@@ -542,10 +541,10 @@ func (w *willKeeper) lookup(k string) *state.Session {
 	return s
 }
 
-// chooseInstance is rendezvous hashing: of ids, the one whose hash with
+// ChooseInstance is rendezvous hashing: of ids, the one whose hash with
 // key is highest (ties: the smallest id). Every instance that knows the
 // same ids picks the same one; an instance leaving moves only its keys.
-func chooseInstance(key string, ids []string) string {
+func ChooseInstance(key string, ids []string) string {
 	var best string
 	var bestH uint64
 	for _, id := range ids {
@@ -569,35 +568,4 @@ func mix64(x uint64) uint64 {
 	x ^= x >> 27
 	x *= 0x94d049bb133111eb
 	return x ^ x>>31
-}
-
-// publishWill publishes a Will on behalf of a client of a dead instance
-// the way mochi publishes one (sendLWT, then OnWillSent): to Kafka (best
-// effort, the QoS 0 way), to the retained table if flagged, and to this
-// broker's subscribers (and its retained index), with the client as the
-// origin.
-func (h *hook) publishWill(client string, protocol byte, w mqtt.Will) {
-	pk := packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Publish, Retain: w.Retain, Qos: w.Qos},
-		TopicName:   w.TopicName,
-		Payload:     w.Payload,
-		Properties:  packets.Properties{User: w.User},
-		Origin:      client,
-		Created:     time.Now().Unix(),
-	}
-	if protocol == 0 {
-		protocol = 4
-	}
-	lp := h.locals.get(h.server)
-	defer h.locals.put(lp)
-	lp.cl.ID = client
-	lp.cl.Properties.ProtocolVersion = protocol
-	lp.created, lp.expiry = pk.Created, 0
-	pk.ProtocolVersion = protocol
-	h.OnWillSent(lp.cl, pk)
-	out := pk
-	out.PacketID = 1 // must be set for QoS > 0; subscribers get their own
-	if err := h.server.InjectPacket(lp.cl, out); err != nil {
-		h.log.Debug("local delivery of a Will", "client", client, "topic", pk.TopicName, "err", err)
-	}
 }

@@ -1,4 +1,4 @@
-package bridge
+package session
 
 import (
 	"sort"
@@ -34,11 +34,12 @@ import (
 // delivers on the injecting goroutine and calls OnQosPublish for each
 // subscriber, which looks the coordinate up by the packet's origin.
 
-// coord is where a message sits in Kafka; offset < 0: unknown.
-type coord struct {
-	topic  string
-	part   int32
-	offset int64
+// Coord is where a message sits in Kafka: its topic, partition and
+// offset; Offset < 0: unknown.
+type Coord struct {
+	Topic     string
+	Partition int32
+	Offset    int64
 }
 
 // tp names one Kafka partition.
@@ -47,7 +48,7 @@ type tp struct {
 	part  int32
 }
 
-func (c coord) tp() tp { return tp{c.topic, c.part} }
+func (c Coord) tp() tp { return tp{c.Topic, c.Partition} }
 
 // less orders partitions by topic, then number.
 func (k tp) less(o tp) bool { return k.topic < o.topic || k.topic == o.topic && k.part < o.part }
@@ -58,16 +59,16 @@ type sessionPositions struct {
 	mu        sync.Mutex
 	base      map[tp]int64 // from the record: where a replay would start
 	delivered map[tp]int64 // one past the newest acknowledged offset
-	pending   map[uint16]coord
+	pending   map[uint16]Coord
 	// resend are pending deliveries no broker here holds in flight (the
 	// session resumes from its record): the replay resends them with their
 	// packet id and DUP.
-	resend map[coord]uint16
+	resend map[Coord]uint16
 	// inherited are the deliveries in flight when the session resumed on
 	// this instance: mochi resends them itself, and the replay must skip
 	// them even once the client has acknowledged the resend (it may, before
 	// the replay reaches them).
-	inherited map[coord]bool
+	inherited map[Coord]bool
 	// frontier is, for each partition a replay reads, the offset of the
 	// first record it has not handed out yet. A position never passes it:
 	// the client may acknowledge a later message (a live delivery) before
@@ -81,7 +82,7 @@ type sessionPositions struct {
 	// but only what it handed out while the session was live: offline, or
 	// resuming until its replay caught up, the caps are those of the moment
 	// it stopped being live (frozen; missing or -1: nothing handed out).
-	reverse *reverseProgress
+	reverse *ReverseProgress
 	offline bool
 	gone    bool // its client went (wentOffline) and no connection took it since (inherit)
 	frozen  map[tp]int64
@@ -92,7 +93,7 @@ type sessionPositions struct {
 	// drops are the dropped deliveries of partitions a replay reads now
 	// (frontier): a pass that met one as pending skipped it, and delivers
 	// it after all (takeDropped, replay_defer.go).
-	drops map[coord]bool
+	drops map[Coord]bool
 	dirty bool
 
 	// The horizon (unix ms) covers the partitions of the reverse topics
@@ -103,8 +104,8 @@ type sessionPositions struct {
 	// be days back: every reverse topic may carry any MQTT topic, so a
 	// replay reads them all). It is the largest of the record's
 	// (fromHorizon), the last replay's (covered: its last listing's time
-	// less horizonSlack) and, while live, the reverse path's
-	// (reverseProgress.check); frozen while offline.
+	// less HorizonSlack) and, while live, the reverse path's
+	// (ReverseProgress.check); frozen while offline.
 	fromHorizon, covered, frozenHorizon, writtenHorizon int64
 	// replaying is set while a replay reads: the partitions' positions
 	// from its passes are kept in the record until it caught up.
@@ -125,9 +126,9 @@ type sessionPositions struct {
 // session's resume after a crash reads at most this much more.
 const horizonRefresh = time.Minute
 
-func newSessionPositions(from []state.Position, pending []state.Pending, horizon int64, reverse *reverseProgress) *sessionPositions {
-	p := &sessionPositions{base: map[tp]int64{}, delivered: map[tp]int64{}, pending: map[uint16]coord{},
-		resend: map[coord]uint16{}, frontier: map[tp]int64{}, missed: map[tp]int64{}, drops: map[coord]bool{},
+func newSessionPositions(from []state.Position, pending []state.Pending, horizon int64, reverse *ReverseProgress) *sessionPositions {
+	p := &sessionPositions{base: map[tp]int64{}, delivered: map[tp]int64{}, pending: map[uint16]Coord{},
+		resend: map[Coord]uint16{}, frontier: map[tp]int64{}, missed: map[tp]int64{}, drops: map[Coord]bool{},
 		replayedTo: map[tp]int64{}, reverse: reverse, fromHorizon: horizon, writtenHorizon: horizon}
 	for _, q := range from {
 		k := tp{q.Topic, q.Partition}
@@ -137,7 +138,7 @@ func newSessionPositions(from []state.Position, pending []state.Pending, horizon
 		}
 	}
 	for _, d := range pending {
-		c := coord{d.Topic, d.Partition, d.Offset}
+		c := Coord{d.Topic, d.Partition, d.Offset}
 		p.pending[d.PacketID] = c
 		p.resend[c] = d.PacketID
 	}
@@ -147,7 +148,7 @@ func newSessionPositions(from []state.Position, pending []state.Pending, horizon
 // replayAction says what a replay does with the message at c: resend it
 // under packet id pid (DUP), skip it (a broker here resends it), or deliver
 // it anew.
-func (p *sessionPositions) replayAction(c coord) (pid uint16, resend, skip bool) {
+func (p *sessionPositions) replayAction(c Coord) (pid uint16, resend, skip bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if id, ok := p.resend[c]; ok {
@@ -168,7 +169,7 @@ func (p *sessionPositions) replayAction(c coord) (pid uint16, resend, skip bool)
 // keepResend undoes replayAction's resend of the message at c under pid:
 // the replay stopped before writing it (it yields its slot, replay.go) and
 // meets it again.
-func (p *sessionPositions) keepResend(c coord, pid uint16) {
+func (p *sessionPositions) keepResend(c Coord, pid uint16) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if q, ok := p.pending[pid]; ok && q == c {
@@ -223,7 +224,7 @@ func (p *sessionPositions) inherit() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.gone = false
-	p.inherited = make(map[coord]bool, len(p.pending))
+	p.inherited = make(map[Coord]bool, len(p.pending))
 	for _, c := range p.pending {
 		p.inherited[c] = true
 	}
@@ -244,8 +245,8 @@ func (p *sessionPositions) endResend() {
 }
 
 // sent records a delivery (packet id pid) of the message at c.
-func (p *sessionPositions) sent(pid uint16, c coord) {
-	if c.offset < 0 {
+func (p *sessionPositions) sent(pid uint16, c Coord) {
+	if c.Offset < 0 {
 		return
 	}
 	p.mu.Lock()
@@ -257,8 +258,8 @@ func (p *sessionPositions) sent(pid uint16, c coord) {
 // dropped records that mochi dropped the delivery of the message at c
 // (recorded as pending under a packet id mochi frees again): a later
 // resume must deliver it. False: no such delivery was pending (QoS 0).
-func (p *sessionPositions) dropped(c coord) bool {
-	if c.offset < 0 {
+func (p *sessionPositions) dropped(c Coord) bool {
+	if c.Offset < 0 {
 		return false
 	}
 	p.mu.Lock()
@@ -274,8 +275,8 @@ func (p *sessionPositions) dropped(c coord) bool {
 		return false
 	}
 	k := c.tp()
-	if m, ok := p.missed[k]; !ok || c.offset < m {
-		p.missed[k] = c.offset
+	if m, ok := p.missed[k]; !ok || c.Offset < m {
+		p.missed[k] = c.Offset
 	}
 	if _, ok := p.frontier[k]; ok {
 		p.drops[c] = true
@@ -286,7 +287,7 @@ func (p *sessionPositions) dropped(c coord) bool {
 
 // takeDropped reports, once, whether the delivery of the message at c was
 // dropped while a replay read its partition.
-func (p *sessionPositions) takeDropped(c coord) bool {
+func (p *sessionPositions) takeDropped(c Coord) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.drops[c] {
@@ -315,8 +316,8 @@ func (p *sessionPositions) acked(pid uint16) {
 	}
 	delete(p.pending, pid)
 	k := c.tp()
-	if c.offset+1 > p.delivered[k] {
-		p.delivered[k] = c.offset + 1
+	if c.Offset+1 > p.delivered[k] {
+		p.delivered[k] = c.Offset + 1
 	}
 	p.dirty = true
 }
@@ -343,7 +344,7 @@ func (p *sessionPositions) replayed(k tp, end int64) {
 		delete(p.missed, k)
 	}
 	for c := range p.drops {
-		if c.tp() == k && c.offset < end {
+		if c.tp() == k && c.Offset < end {
 			delete(p.drops, c)
 		}
 	}
@@ -366,13 +367,13 @@ func (p *sessionPositions) replayed(k tp, end int64) {
 // /regex/); what it hands out below that end came with the replay. A
 // filter subscribed while the replay ran is not among replayedFor: its
 // live deliveries are never taken for copies.
-func (p *sessionPositions) liveCopy(c coord, topic string) bool {
-	if c.offset < 0 || topic == "" {
+func (p *sessionPositions) liveCopy(c Coord, topic string) bool {
+	if c.Offset < 0 || topic == "" {
 		return false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if end, ok := p.replayedTo[c.tp()]; !ok || c.offset >= end {
+	if end, ok := p.replayedTo[c.tp()]; !ok || c.Offset >= end {
 		return false
 	}
 	for _, f := range p.replayedFor {
@@ -386,7 +387,7 @@ func (p *sessionPositions) liveCopy(c coord, topic string) bool {
 // caughtUp records that the replay delivered everything up to its last
 // pass: positions follow the acknowledgements alone again, and the session
 // is live. covered is that replay's horizon (0: none ran): its last pass
-// listed the end offsets at covered + horizonSlack, after the
+// listed the end offsets at covered + HorizonSlack, after the
 // subscriptions went live, and read every reverse partition to them.
 func (p *sessionPositions) caughtUp(covered int64) {
 	p.mu.Lock()
@@ -479,7 +480,7 @@ func (p *sessionPositions) wentOffline() {
 	}
 }
 
-// reverseLimit is reverseProgress.limit for a live session, the frozen
+// reverseLimit is ReverseProgress.limit for a live session, the frozen
 // caps otherwise; under mu.
 func (p *sessionPositions) reverseLimit(k tp) (next int64, applies, known bool) {
 	if !p.offline {
@@ -498,7 +499,7 @@ func (p *sessionPositions) pendingList() []state.Pending {
 	defer p.mu.Unlock()
 	out := make([]state.Pending, 0, len(p.pending))
 	for id, c := range p.pending {
-		out = append(out, state.Pending{PacketID: id, Topic: c.topic, Partition: c.part, Offset: c.offset})
+		out = append(out, state.Pending{PacketID: id, Topic: c.Topic, Partition: c.Partition, Offset: c.Offset})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].PacketID < out[j].PacketID })
 	return out
@@ -518,8 +519,8 @@ func (p *sessionPositions) snapshot() []state.Position {
 	}
 	for _, c := range p.pending {
 		k := c.tp()
-		if cur, ok := pos[k]; !ok || c.offset < cur {
-			pos[k] = c.offset
+		if cur, ok := pos[k]; !ok || c.Offset < cur {
+			pos[k] = c.Offset
 		}
 	}
 	for k, m := range p.missed {
@@ -581,10 +582,10 @@ func (p *sessionPositions) snapshot() []state.Position {
 
 // wasDelivered reports whether the message at c was acknowledged before
 // (a replay of it is a duplicate).
-func (p *sessionPositions) wasDelivered(c coord) bool {
+func (p *sessionPositions) wasDelivered(c Coord) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return c.offset < p.delivered[c.tp()]
+	return c.Offset < p.delivered[c.tp()]
 }
 
 func (p *sessionPositions) isDirty() bool {

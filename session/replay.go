@@ -1,4 +1,4 @@
-package bridge
+package session
 
 import (
 	"context"
@@ -37,7 +37,7 @@ import (
 // Maximum (64 for MQTT 3.1.1) unacknowledged at once, QoS 1/2 only (MQTT
 // queues no QoS 0 message for an offline session).
 //
-// At most maxReplays run at once per instance (a reconnect storm after an
+// At most MaxReplays run at once per instance (a reconnect storm after an
 // instance died waits its turn instead of opening thousands of readers),
 // each with its own short-lived franz-go client reading only its
 // partitions, fetching at most replayFetchBytes at once; they share one
@@ -49,7 +49,7 @@ import (
 // for its window without a slot, takes one again and reads on from the
 // first record it did not hand out (yield). Forty clients that never
 // acknowledged took all 32 slots for good, and every later resume on the
-// instance waited (issue 31).
+// instance waited.
 type replayer struct {
 	h    *sessionHook
 	log  *slog.Logger
@@ -63,7 +63,6 @@ type replayer struct {
 	nextAdmin atomic.Uint32
 	topics    *topicLister                 // the cluster's topics, shared by the replays
 	isReverse func(kafkaTopic string) bool // among reverse.topics
-	order     *inflightOrder               // numbers what a replay puts in flight
 	slots     chan struct{}
 	waiting   atomic.Int32 // replays waiting to take a slot (acquire)
 	metrics   *stateMetrics
@@ -74,14 +73,14 @@ type replayer struct {
 	queueDrops prometheus.Counter
 }
 
-// maxReplays bounds the replays running at once on one instance. A replay
+// MaxReplays bounds the replays running at once on one instance. A replay
 // mostly waits (admin round trips, its client's acknowledgements), so a
 // storm of resumes is served faster by more of them; each holds a Kafka
 // client (a connection per broker it reads, a few goroutines) and one
 // fetch of at most replayFetchBytes (one record larger than that comes
 // whole): 32 of them buffer about 32 MiB, less than 8 did with franz-go's
 // defaults (a 50 MiB fetch per broker).
-const maxReplays = 32
+const MaxReplays = 32
 
 // replaySlotPatience is how long a replay keeps its slot while its
 // client's window is full and another replay waits for a slot. A client
@@ -252,7 +251,7 @@ func (rs *replayRun) catchUp(ctx context.Context) error {
 	}
 	covered := int64(0)
 	if !rs.lastListed.IsZero() {
-		covered = rs.lastListed.Add(-horizonSlack).UnixMilli()
+		covered = rs.lastListed.Add(-HorizonSlack).UnixMilli()
 	}
 	rs.o.pos.caughtUp(covered)
 	return nil
@@ -522,7 +521,7 @@ func (rs *replayRun) deliver(ctx context.Context, rec *kgo.Record, hdrs []topicm
 	if best == nil || min(qos, best.QoS) == 0 {
 		return nil
 	}
-	c := coord{rec.Topic, rec.Partition, rec.Offset}
+	c := Coord{rec.Topic, rec.Partition, rec.Offset}
 	if !rs.r.h.mayRead(rs.cl, d.Topic) {
 		// The connection's user may not read it (the session may have been
 		// another user's: docs/security.md), as mochi withholds it from a live
@@ -592,8 +591,8 @@ func (rs *replayRun) deliver(ctx context.Context, rec *kgo.Record, hdrs []topicm
 	if best.RetainAsPublished && (d.Retain || std.HasRetain && std.Retain) {
 		out.FixedHeader.Retain = true
 	}
-	if rs.r.order != nil {
-		rs.r.order.number(rs.cl, out.PacketID, false)
+	if d := rs.r.h.deliverer; d != nil {
+		d.PutInFlight(rs.cl, out.PacketID) // its place in the redelivery order
 	}
 	if rs.cl.State.Inflight.Set(out) {
 		atomic.AddInt64(&rs.r.h.server.Info.Inflight, 1)

@@ -1,11 +1,11 @@
-package bridge
+package session
 
 import (
 	"sync"
 	"time"
 )
 
-// reverseProgress is how far this instance's reverse path has handed out
+// ReverseProgress is how far this instance's reverse path has handed out
 // each partition it consumes. A persistent session's position must not
 // pass it.
 //
@@ -27,10 +27,10 @@ import (
 // and local deliveries go in the publisher's order). A session that
 // acknowledged a later record and then went would have a position past a
 // message it never got. Such records hold the limit at their offset until
-// delivered (localAcked, localDelivered): a QoS 1 publish's until its ack
-// queue delivered it (acks.go), a QoS 2 publish's until mochi delivered it
-// after the PUBREC (hook.publishQoS2).
-type reverseProgress struct {
+// delivered (LocalAcked, LocalDelivered): a QoS 1 publish's until its ack
+// queue delivered it, a QoS 2 publish's until mochi delivered it after the
+// PUBREC (the caller's forward path: bridge's acks.go, hook.publishQoS2).
+type ReverseProgress struct {
 	serves   func(kafkaTopic string) bool // among reverse.topics
 	consumed sync.Map                     // Kafka topic -> serves(topic), cached for the forward path
 
@@ -43,13 +43,13 @@ type reverseProgress struct {
 	horizon int64
 }
 
-func newReverseProgress(serves func(string) bool) *reverseProgress {
-	return &reverseProgress{serves: serves, next: map[tp]int64{}, local: map[tp]map[int64]int32{},
+func newReverseProgress(serves func(string) bool) *ReverseProgress {
+	return &ReverseProgress{serves: serves, next: map[tp]int64{}, local: map[tp]map[int64]int32{},
 		caught: map[tp]time.Time{}}
 }
 
 // consumes reports whether the reverse path consumes Kafka topic t.
-func (p *reverseProgress) consumes(t string) bool {
+func (p *ReverseProgress) consumes(t string) bool {
 	if v, ok := p.consumed.Load(t); ok {
 		return v.(bool)
 	}
@@ -58,10 +58,11 @@ func (p *reverseProgress) consumes(t string) bool {
 	return ok
 }
 
-// localAcked notes that the forward path's record at c, acknowledged by
-// Kafka, waits for its local delivery; true: call localDelivered after it.
-func (p *reverseProgress) localAcked(c coord) bool {
-	if p == nil || c.offset < 0 || !p.consumes(c.topic) {
+// LocalAcked notes that the forward path's record at c, acknowledged by
+// Kafka, waits for its local delivery; true: call LocalDelivered after it.
+// A nil ReverseProgress (no reverse path) returns false.
+func (p *ReverseProgress) LocalAcked(c Coord) bool {
+	if p == nil || c.Offset < 0 || !p.consumes(c.Topic) {
 		return false
 	}
 	k := c.tp()
@@ -71,18 +72,18 @@ func (p *reverseProgress) localAcked(c coord) bool {
 		m = map[int64]int32{}
 		p.local[k] = m
 	}
-	m[c.offset]++
+	m[c.Offset]++
 	p.mu.Unlock()
 	return true
 }
 
-// localDelivered ends a localAcked.
-func (p *reverseProgress) localDelivered(c coord) {
+// LocalDelivered ends a LocalAcked.
+func (p *ReverseProgress) LocalDelivered(c Coord) {
 	k := c.tp()
 	p.mu.Lock()
 	if m := p.local[k]; m != nil {
-		if m[c.offset]--; m[c.offset] <= 0 {
-			delete(m, c.offset)
+		if m[c.Offset]--; m[c.Offset] <= 0 {
+			delete(m, c.Offset)
 		}
 		if len(m) == 0 {
 			delete(p.local, k)
@@ -91,9 +92,14 @@ func (p *reverseProgress) localDelivered(c coord) {
 	p.mu.Unlock()
 }
 
-// handled records that the reverse path has handed out k's records before
-// next (delivered to the subscribers it found, or skipped).
-func (p *reverseProgress) handled(k tp, next int64) {
+// Handled records that the reverse path has handed out the records of
+// partition part of topic before next (delivered to the subscribers it
+// found, or skipped).
+func (p *ReverseProgress) Handled(topic string, part int32, next int64) {
+	p.handled(tp{topic, part}, next)
+}
+
+func (p *ReverseProgress) handled(k tp, next int64) {
 	p.mu.Lock()
 	if next > p.next[k] {
 		p.next[k] = next
@@ -104,7 +110,7 @@ func (p *reverseProgress) handled(k tp, next int64) {
 // limit returns the offset a position of k may not pass: applies is false
 // when the reverse path does not consume k; known is false when it has
 // handed out nothing of k yet.
-func (p *reverseProgress) limit(k tp) (next int64, applies, known bool) {
+func (p *ReverseProgress) limit(k tp) (next int64, applies, known bool) {
 	if p == nil || !p.consumes(k.topic) {
 		return 0, false, false
 	}
@@ -119,17 +125,17 @@ func (p *reverseProgress) limit(k tp) (next int64, applies, known bool) {
 
 // heldAt lowers next, what has been handed out of k, to its oldest own
 // record awaiting its local delivery; under mu.
-func (p *reverseProgress) heldAt(k tp, next int64) int64 {
+func (p *ReverseProgress) heldAt(k tp, next int64) int64 {
 	for off := range p.local[k] {
 		next = min(next, off)
 	}
 	return next
 }
 
-// horizonSlack is how far behind the time a record's Kafka timestamp may be
+// HorizonSlack is how far behind the time a record's Kafka timestamp may be
 // (clocks of bridge hosts and brokers differ): the same second a
 // subscription's time is taken early.
-const horizonSlack = time.Second
+const HorizonSlack = time.Second
 
 // check takes a listing of the consumed partitions' end offsets, requested
 // at at (seen: for partitions nothing was handed out of yet in this run,
@@ -137,12 +143,12 @@ const horizonSlack = time.Second
 // and moves the horizon: the
 // time (unix ms) before which every record of every consumed partition has
 // been handed out. A record appended after the listing was requested has a
-// timestamp of at least at - horizonSlack (as a subscription's time
+// timestamp of at least at - HorizonSlack (as a subscription's time
 // assumes), so one older than that sits below the end listed; a partition
 // whose limit (own records awaiting local delivery included) reached its
 // end had handed all of those out. Zero while any partition has never
 // been seen so.
-func (p *reverseProgress) check(ends, seen map[tp]int64, at time.Time) {
+func (p *ReverseProgress) check(ends, seen map[tp]int64, at time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	h := at
@@ -168,13 +174,13 @@ func (p *reverseProgress) check(ends, seen map[tp]int64, at time.Time) {
 	}
 	p.horizon = 0
 	if !h.IsZero() && len(ends) > 0 {
-		p.horizon = h.Add(-horizonSlack).UnixMilli()
+		p.horizon = h.Add(-HorizonSlack).UnixMilli()
 	}
 }
 
 // anyUnknown reports whether nothing of one of the partitions has been
 // handed out yet.
-func (p *reverseProgress) anyUnknown(parts map[tp]int64) bool {
+func (p *ReverseProgress) anyUnknown(parts map[tp]int64) bool {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	for k := range parts {
@@ -187,7 +193,7 @@ func (p *reverseProgress) anyUnknown(parts map[tp]int64) bool {
 
 // currentHorizon is the horizon of the last check (0: none yet, or a
 // partition never caught up).
-func (p *reverseProgress) currentHorizon() int64 {
+func (p *ReverseProgress) currentHorizon() int64 {
 	if p == nil {
 		return 0
 	}

@@ -1,4 +1,4 @@
-package bridge
+package session
 
 import (
 	"sync"
@@ -9,7 +9,7 @@ import (
 )
 
 // liveCopies keeps a resumed session from getting live what its replay
-// has delivered already (issue 31).
+// has delivered already.
 //
 // A replay reads each partition once, to the end offsets it listed
 // (replay.go), and the reverse path hands the same partitions out to the

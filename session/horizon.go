@@ -1,4 +1,4 @@
-package bridge
+package session
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 )
 
 // horizonEvery is how often the reverse path's horizon is checked
-// (reverseProgress.check).
+// (ReverseProgress.check).
 const horizonEvery = 5 * time.Second
 
 // horizonWatch moves the reverse path's horizon: every horizonEvery it
@@ -23,7 +23,7 @@ const horizonEvery = 5 * time.Second
 // are other instances' hand-outs), and a partition retention emptied has
 // nothing to hand out.
 type horizonWatch struct {
-	progress *reverseProgress
+	progress *ReverseProgress
 	admin    *kadm.Client
 	topics   *topicLister
 	group    string // "" when the reverse group is shared

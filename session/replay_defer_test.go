@@ -1,4 +1,4 @@
-package bridge
+package session
 
 import (
 	"bufio"
@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferry-bridge/ferry/internal/testhelp"
 	"github.com/ferry-bridge/ferry/state"
 	"github.com/ferry-bridge/ferry/topicmap"
 )
@@ -33,11 +34,11 @@ func TestLastPassWaitsForHeldLiveDelivery(t *testing.T) {
 	release := o.live.start(&h.holding, &h.tracking)
 	defer o.live.end(&h.tracking)
 	// M (offset 5) delivered live: held in the write loop, pending.
-	h.inj.begin(mqtt.InlineClientId, coord{ktopic, 0, 5}, "q/a")
+	h.inj.Begin(mqtt.InlineClientId, Coord{ktopic, 0, 5}, "q/a")
 	if err := h.server.Publish("q/a", []byte("M"), false, 1); err != nil {
 		t.Fatal(err)
 	}
-	h.inj.end(mqtt.InlineClientId)
+	h.inj.End(mqtt.InlineClientId)
 	rs.later = newDeferrals()
 	passTakes(t, rs, ktopic, "M", "N") // offsets 5, 6
 	release()
@@ -57,7 +58,7 @@ func TestLastPassDeliversDroppedLiveDelivery(t *testing.T) {
 	defer o.live.end(&h.tracking)
 	rs.later = newDeferrals()
 	const origin, pid = "pub", uint16(7)
-	h.inj.begin(origin, coord{ktopic, 0, 5}, "q/a")
+	h.inj.Begin(origin, Coord{ktopic, 0, 5}, "q/a")
 	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, TopicName: "q/a",
 		Payload: []byte("M"), PacketID: pid, Origin: origin, Created: time.Now().Unix()}
 	cl.State.Inflight.Set(pk)
@@ -66,7 +67,7 @@ func TestLastPassDeliversDroppedLiveDelivery(t *testing.T) {
 	passTakes(t, rs, ktopic, "M", "N") // offsets 5, 6
 	cl.State.Inflight.Delete(pid)      // mochi frees the dropped delivery's packet id
 	h.OnPublishDropped(cl, pk)
-	h.inj.end(origin)
+	h.inj.End(origin)
 	release()
 	drainWantsMN(t, rs, o, ktopic, got, "the dropped live delivery M was not delivered by the pass")
 }
@@ -80,8 +81,8 @@ func lastPassFixture(t *testing.T) (*sessionHook, *mqtt.Client, *ownedSession, *
 	if err := server.AddHook(new(auth.AllowHook), nil); err != nil {
 		t.Fatal(err)
 	}
-	h := newSessionHook(testLogger(t), server, nil, "a", time.Second, nil)
-	h.inj = new(injections)
+	h := newSessionHook(testhelp.Logger(t), server, nil, "a", time.Second, nil)
+	h.inj = new(Injections)
 	if err := server.AddHook(h, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func lastPassFixture(t *testing.T) (*sessionHook, *mqtt.Client, *ownedSession, *
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := &replayRun{r: &replayer{h: h, log: testLogger(t), tm: tm, metrics: sm}, o: o, cl: cl,
+	rs := &replayRun{r: &replayer{h: h, log: testhelp.Logger(t), tm: tm, metrics: sm}, o: o, cl: cl,
 		subs: []state.Subscription{{Filter: "q/#", QoS: 1}}}
 	sub := packets.Subscription{Filter: "q/#", Qos: 1}
 	server.Topics.Subscribe(cl.ID, sub)

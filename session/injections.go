@@ -1,11 +1,11 @@
-package bridge
+package session
 
 import (
 	"sync"
 	"sync/atomic"
 )
 
-// injections maps an injecting client id to the coordinate of the message
+// Injections maps an injecting client id to the coordinate of the message
 // it is injecting now, and counts the replays running (while one runs, the
 // forward path keeps every QoS 1 publish for local delivery: a resumed
 // subscription may go live before its acknowledgement).
@@ -19,7 +19,7 @@ import (
 // session acknowledging a message under the other one's coordinate moved
 // its position past messages it never got. So the injections of one id
 // take turns.
-type injections struct {
+type Injections struct {
 	mu        sync.Mutex
 	m         map[string]*injecting
 	replaying atomic.Int32
@@ -35,13 +35,16 @@ type injecting struct {
 // injected is the message an injection delivers: its coordinate and its
 // MQTT topic.
 type injected struct {
-	c     coord
+	c     Coord
 	topic string
 }
 
-// begin waits for origin's earlier injection to end, then registers the
-// message at c, on MQTT topic mqttTopic ("": not told).
-func (in *injections) begin(origin string, c coord, mqttTopic string) {
+// Begin waits for origin's earlier injection to end, then registers the
+// message at c, on MQTT topic mqttTopic ("": not told). Whoever injects a
+// message read from or written to Kafka into the broker (the forward
+// path's local delivery, the reverse path) calls it before mochi's
+// InjectPacket or Publish, and End after it, on the same goroutine.
+func (in *Injections) Begin(origin string, c Coord, mqttTopic string) {
 	in.mu.Lock()
 	if in.m == nil {
 		in.m = map[string]*injecting{}
@@ -57,8 +60,8 @@ func (in *injections) begin(origin string, c coord, mqttTopic string) {
 	e.at.Store(&injected{c: c, topic: mqttTopic})
 }
 
-// end ends origin's injection.
-func (in *injections) end(origin string) {
+// End ends origin's injection.
+func (in *Injections) End(origin string) {
 	in.mu.Lock()
 	e := in.m[origin]
 	if e == nil {
@@ -74,22 +77,28 @@ func (in *injections) end(origin string) {
 	e.turn.Unlock()
 }
 
+// Replaying reports whether a resumed session's replay runs on this
+// instance: while one does, the forward path keeps every QoS 1 publish
+// for local delivery (a resumed subscription may go live before its
+// acknowledgement).
+func (in *Injections) Replaying() bool { return in.replaying.Load() > 0 }
+
 // of returns the coordinate origin is injecting now.
-func (in *injections) of(origin string) (coord, bool) {
+func (in *Injections) of(origin string) (Coord, bool) {
 	m, ok := in.message(origin)
 	return m.c, ok
 }
 
 // message returns the message origin is injecting now.
-func (in *injections) message(origin string) (injected, bool) {
+func (in *Injections) message(origin string) (injected, bool) {
 	in.mu.Lock()
 	e := in.m[origin]
 	in.mu.Unlock()
 	if e == nil {
-		return injected{c: coord{offset: -1}}, false
+		return injected{c: Coord{Offset: -1}}, false
 	}
 	if m := e.at.Load(); m != nil {
 		return *m, true
 	}
-	return injected{c: coord{offset: -1}}, false
+	return injected{c: Coord{Offset: -1}}, false
 }

@@ -1,4 +1,4 @@
-package bridge
+package session
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/ferry-bridge/ferry/internal/ratelimit"
 	"github.com/ferry-bridge/ferry/state"
 )
 
@@ -58,7 +59,7 @@ type sessionHook struct {
 	id      string
 	timeout time.Duration
 	metrics *stateMetrics
-	logs    *rateLimiter
+	logs    *ratelimit.Limiter
 
 	mu    sync.Mutex
 	owned map[string]*ownedSession
@@ -67,15 +68,15 @@ type sessionHook struct {
 	// it is written.
 	beforeWrite func(*state.Session)
 
-	inj        *injections        // coordinates of messages being injected
-	replays    *replayer          // nil: no replay (tests of the hook alone)
-	subscribed func(*mqtt.Client) // tells the forward hook a connection receives deliveries
-	wills      *willKeeper        // publishes the Wills of dead instances' clients (nil: off)
-	holding    atomic.Int32       // sessions holding live deliveries (replay_hold.go)
-	tracking   atomic.Int32       // sessions tracking their unwritten live deliveries (replay_hold.go)
-	reverse    *reverseProgress   // caps positions at what the reverse path handed out (nil: no reverse path)
-	canRead    readCheck          // the MQTT ACL's read check (auth.go; nil: everyone may read everything)
-	copies     liveCopies         // live deliveries that repeat a replay's, not written (replay_copies.go)
+	inj       *Injections      // coordinates of messages being injected
+	replays   *replayer        // nil: no replay (tests of the hook alone)
+	deliverer Deliverer        // the caller's side of deliveries (nil: tests of the hook alone)
+	wills     *willKeeper      // publishes the Wills of dead instances' clients (nil: off)
+	holding   atomic.Int32     // sessions holding live deliveries (replay_hold.go)
+	tracking  atomic.Int32     // sessions tracking their unwritten live deliveries (replay_hold.go)
+	reverse   *ReverseProgress // caps positions at what the reverse path handed out (nil: no reverse path)
+	canRead   ReadCheck        // the MQTT ACL's read check (nil: everyone may read everything)
+	copies    liveCopies       // live deliveries that repeat a replay's, not written (replay_copies.go)
 }
 
 // ownedSession is a session this instance owns: the connection that
@@ -111,7 +112,7 @@ func (o *ownedSession) resumedSubs() []state.Subscription {
 func newSessionHook(log *slog.Logger, server *mqtt.Server, table *state.Table, id string, timeout time.Duration, m *stateMetrics) *sessionHook {
 	log = log.With("component", "sessions")
 	return &sessionHook{log: log, server: server, table: table, id: id, timeout: timeout, metrics: m,
-		logs: newRateLimiter(log, 10*time.Second), owned: make(map[string]*ownedSession),
+		logs: ratelimit.New(log, 10*time.Second), owned: make(map[string]*ownedSession),
 		lost: newLostSessions(max(time.Minute, 4*timeout))}
 }
 
@@ -143,7 +144,7 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	// Clean Start 0 (3.1.1: CleanSession 0) resumes the session there is,
 	// whatever the new CONNECT's Session Expiry Interval: that only says
 	// how long the session lasts after this connection [MQTT-3.1.2-6].
-	pers, resume := persistent(cl), !pk.Connect.Clean
+	pers, resume := Persistent(cl), !pk.Connect.Clean
 	if resume {
 		if err := h.table.Sync(ctx); err != nil {
 			if pers {
@@ -248,15 +249,15 @@ func (h *sessionHook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 		}
 		return
 	}
-	if h.subscribed != nil {
-		h.subscribed(cl)
+	if h.deliverer != nil {
+		h.deliverer.Subscribed(cl)
 	}
 	h.inj.replaying.Add(1)
 	go h.replays.run(o, time.Now())
 }
 
 // mayRead reports whether cl's user may subscribe to a filter or receive a
-// message of a topic (auth.go readCheck).
+// message of a topic (ReadCheck).
 func (h *sessionHook) mayRead(cl *mqtt.Client, topic string) bool {
 	return h.canRead == nil || h.canRead(cl, topic)
 }
@@ -332,8 +333,8 @@ func (h *sessionHook) screenLocal(cl, existing *mqtt.Client, pos *sessionPositio
 		default:
 			pos.forget(pk.PacketID)
 		}
-		if h.replays != nil && h.replays.order != nil {
-			h.replays.order.complete(existing, pk.PacketID)
+		if h.deliverer != nil {
+			h.deliverer.TakenOutOfFlight(existing, pk.PacketID)
 		}
 	}
 }
@@ -543,9 +544,9 @@ func (h *sessionHook) OnPublishDropped(cl *mqtt.Client, pk packets.Packet) {
 }
 
 // OnQosComplete records the client's acknowledgement of a delivery: its
-// PUBACK (QoS 1) or PUBCOMP (QoS 2), see clientAck.
+// PUBACK (QoS 1) or PUBCOMP (QoS 2), see ClientAck.
 func (h *sessionHook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
-	if clientAck(&pk) {
+	if ClientAck(&pk) {
 		h.acked(cl, pk.PacketID)
 	}
 }
@@ -997,8 +998,8 @@ func toPacketSub(s state.Subscription) packets.Subscription {
 		RetainAsPublished: s.RetainAsPublished, RetainHandling: s.RetainHandling}
 }
 
-// persistent reports whether cl's session outlives its connection.
-func persistent(cl *mqtt.Client) bool {
+// Persistent reports whether cl's session outlives its connection.
+func Persistent(cl *mqtt.Client) bool {
 	if cl.Net.Inline {
 		return false
 	}
@@ -1006,4 +1007,21 @@ func persistent(cl *mqtt.Client) bool {
 		return cl.Properties.Props.SessionExpiryInterval > 0
 	}
 	return !cl.Properties.Clean
+}
+
+// ClientAck reports whether a completion mochi reports to OnQosComplete is
+// the client's acknowledgement of a delivery: the PUBACK or PUBCOMP it
+// read from the wire. mochi also reports completions of the client's own
+// publishes there: the PUBREL of an inbound QoS 2 publish, and
+// acknowledgements it built itself (the PUBACK of an inbound QoS 1 publish
+// it answered, a PUBCOMP it resends from a resumed session's in-flight
+// store). Their packet id is the client's and may equal a delivery's; mochi
+// stamps what it builds with Created, a packet read from the wire has none.
+//
+// Not OnPacketRead: that hook runs for every packet a client sends, so
+// each PUBLISH would pay a call and two copies of the 800-byte packet per
+// hook on the forward path's hottest loop.
+func ClientAck(pk *packets.Packet) bool {
+	t := pk.FixedHeader.Type
+	return (t == packets.Puback || t == packets.Pubcomp) && pk.Created == 0
 }

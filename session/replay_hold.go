@@ -1,4 +1,4 @@
-package bridge
+package session
 
 import (
 	"sync"
@@ -31,7 +31,7 @@ type liveHold struct {
 	mu        sync.Mutex
 	ch        chan struct{} // nil: not holding
 	tracking  bool
-	unwritten map[uint16]coord // live deliveries in flight, not yet written
+	unwritten map[uint16]Coord // live deliveries in flight, not yet written
 }
 
 // start holds live deliveries until the returned release is called, and
@@ -43,7 +43,7 @@ func (l *liveHold) start(holding, tracking *atomic.Int32) (release func()) {
 	l.mu.Lock()
 	l.ch = make(chan struct{})
 	l.tracking = true
-	l.unwritten = map[uint16]coord{}
+	l.unwritten = map[uint16]Coord{}
 	l.mu.Unlock()
 	holding.Add(1)
 	var once sync.Once
@@ -76,7 +76,7 @@ func (l *liveHold) waiting() <-chan struct{} {
 
 // enqueued notes a live delivery (packet id pid, the message at c; offset
 // < 0: unknown) put in flight, not yet written.
-func (l *liveHold) enqueued(pid uint16, c coord) {
+func (l *liveHold) enqueued(pid uint16, c Coord) {
 	l.mu.Lock()
 	if l.tracking {
 		l.unwritten[pid] = c
@@ -101,7 +101,7 @@ func (l *liveHold) held() int {
 
 // unwrittenAt returns the packet id of a live delivery of the message at c
 // not yet written.
-func (l *liveHold) unwrittenAt(c coord) (uint16, bool) {
+func (l *liveHold) unwrittenAt(c Coord) (uint16, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for pid, u := range l.unwritten {

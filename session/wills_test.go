@@ -1,7 +1,6 @@
-package bridge
+package session
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"testing"
@@ -18,12 +17,12 @@ func TestChooseInstanceRendezvous(t *testing.T) {
 	count := map[string]int{}
 	for i := range 4000 {
 		k := fmt.Sprintf("client-%d", i)
-		got := chooseInstance(k, ids)
-		if rev := chooseInstance(k, []string{"d", "c", "b", "a"}); rev != got {
+		got := ChooseInstance(k, ids)
+		if rev := ChooseInstance(k, []string{"d", "c", "b", "a"}); rev != got {
 			t.Fatalf("%s: %s or %s depending on the order of ids", k, got, rev)
 		}
 		count[got]++
-		if after := chooseInstance(k, []string{"a", "b", "d"}); got != "c" && after != got {
+		if after := ChooseInstance(k, []string{"a", "b", "d"}); got != "c" && after != got {
 			t.Fatalf("%s moved from %s to %s when c left", k, got, after)
 		}
 	}
@@ -77,20 +76,6 @@ func TestWillFenceOrder(t *testing.T) {
 	}
 }
 
-// TestValidateInstanceLapse: the lapse must exceed two heartbeats.
-func TestValidateInstanceLapse(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.State.HeartbeatInterval, cfg.State.InstanceLapse = time.Second, 2*time.Second
-	var fe *FieldError
-	if err := cfg.Validate(); !errors.As(err, &fe) || fe.Key != "state.instance_lapse" {
-		t.Fatalf("Validate with a lapse of 2 heartbeats: %v, want a FieldError for state.instance_lapse", err)
-	}
-	cfg.State.InstanceLapse = 3 * time.Second
-	if err := cfg.Validate(); err != nil {
-		t.Fatalf("Validate with a lapse of 3 heartbeats: %v", err)
-	}
-}
-
 // TestExpiredSessionChoice: the records an instance's sweep deletes are
 // the disconnected sessions past their expiry (capped by
 // mqtt.max_session_expiry) whose owner is dead, or is this instance
@@ -100,9 +85,9 @@ func TestExpiredSessionChoice(t *testing.T) {
 	now := time.Now()
 	w := newWillKeeper(slog.New(slog.DiscardHandler), "me", "s", now, 2*time.Second, time.Second, nil, nil)
 	w.maxExpiry = 60
-	w.beat("me", heartbeat{Sessions: "s"}, true)
-	w.beat("live", heartbeat{Sessions: "s"}, false)
-	w.beat("dead", heartbeat{Sessions: "s", Stopped: true}, false)
+	w.beat("me", Heartbeat{SessionsTopic: "s"}, true)
+	w.beat("live", Heartbeat{SessionsTopic: "s"}, false)
+	w.beat("dead", Heartbeat{SessionsTopic: "s", Stopped: true}, false)
 	gone := func(owner string, ago time.Duration, expiry uint32) *state.Session {
 		return &state.Session{Owner: owner, Epoch: 1, Disconnected: now.Add(-ago).UnixMilli(), Expiry: expiry}
 	}
@@ -125,7 +110,7 @@ func TestExpiredSessionChoice(t *testing.T) {
 	live := []string{"live", "me"}
 	want := map[string]bool{"own": true}
 	for _, k := range []string{"dead-owner", "dead-capped"} {
-		want[k] = chooseInstance(k, live) == "me"
+		want[k] = ChooseInstance(k, live) == "me"
 	}
 	got := w.expiredDue(now)
 	for k := range recs {

@@ -1,10 +1,9 @@
-package bridge
+package session
 
 import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -12,11 +11,12 @@ import (
 	"github.com/mochi-mqtt/server/v2/hooks/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/ferry-bridge/ferry/internal/ratelimit"
 	"github.com/ferry-bridge/ferry/state"
 )
 
-// retainedState keeps retained messages in the retained table (package
-// state): key = MQTT topic, value = the message (JSON, retainedValue); an
+// Retained keeps retained messages in the retained table (package
+// state): key = MQTT topic, value = the message (JSON, RetainedValue); an
 // empty retained PUBLISH, which clears a topic's retained message in MQTT,
 // is a tombstone (a null value) there. A retained message is never an empty
 // value, so the two cannot be confused.
@@ -25,42 +25,42 @@ import (
 // message retained on one instance is served by all. The write of a
 // client's retained QoS 1/2 publish is part of its acknowledgement: the
 // PUBACK/PUBREC leaves once Kafka has both the record of the forward path
-// and the retained record (hook.go). Retained messages that arrive from
+// and the retained record (the caller's forward hook). Retained messages that arrive from
 // Kafka (the mqtt.retain header) are written by the reverse path before it
 // commits their offset; Wills and QoS 0 publishes are written best effort.
-type retainedState struct {
+type Retained struct {
 	log     *slog.Logger
 	server  *mqtt.Server
 	table   *state.Table
 	metrics *stateMetrics
-	logs    *rateLimiter
+	logs    *ratelimit.Limiter
 }
 
-// retainedValue is a retained table value.
-type retainedValue struct {
+// RetainedValue is a retained table value.
+type RetainedValue struct {
 	Msg             storage.Message `json:"msg"`
 	Expiry          int64           `json:"expiry,omitempty"` // unix seconds; 0: none
 	ProtocolVersion byte            `json:"protocol"`
 }
 
-func newRetainedState(log *slog.Logger, server *mqtt.Server, m *stateMetrics) *retainedState {
+func newRetained(log *slog.Logger, server *mqtt.Server, m *stateMetrics) *Retained {
 	log = log.With("component", "retained")
-	return &retainedState{log: log, server: server, metrics: m, logs: newRateLimiter(log, 10*time.Second)}
+	return &Retained{log: log, server: server, metrics: m, logs: ratelimit.New(log, 10*time.Second)}
 }
 
 // onChange applies one record read from the table (reader goroutine).
-func (r *retainedState) onChange(c state.Change) {
+func (r *Retained) onChange(c state.Change) {
 	if !c.Superseded {
 		r.apply(c.Key, c.Value)
 	}
 }
 
-func (r *retainedState) apply(topic string, v []byte) bool {
+func (r *Retained) apply(topic string, v []byte) bool {
 	if v == nil {
 		r.server.Topics.RetainMessage(packets.Packet{TopicName: topic})
 		return false
 	}
-	var rv retainedValue
+	var rv RetainedValue
 	if err := json.Unmarshal(v, &rv); err != nil {
 		r.logs.Warn("decode:"+topic, "unreadable retained record ignored", "topic", topic, "err", err)
 		return false
@@ -83,13 +83,15 @@ func (r *retainedState) apply(topic string, v []byte) bool {
 	return true
 }
 
-// write records pk's retained change (set, or clear for an empty payload)
-// and calls done with the outcome (done may be nil). Calls for one topic
-// are appended in call order.
-func (r *retainedState) write(client string, pk *packets.Packet, done func(error)) {
+// Write records pk's retained change (set, or clear for an empty payload)
+// and calls done with the outcome (done may be nil): nil once Kafka
+// acknowledged the record (acks=all), else an error wrapping
+// ErrKafkaUnavailable. client is the publishing client's id. Calls for one
+// topic are appended in call order.
+func (r *Retained) Write(client string, pk *packets.Packet, done func(error)) {
 	var v []byte
 	if len(pk.Payload) > 0 {
-		rv := retainedValue{Msg: *toStored(client, *pk), Expiry: pk.Expiry, ProtocolVersion: pk.ProtocolVersion}
+		rv := RetainedValue{Msg: *toStored(client, *pk), Expiry: pk.Expiry, ProtocolVersion: pk.ProtocolVersion}
 		if rv.Msg.Created == 0 {
 			rv.Msg.Created = time.Now().Unix() // see apply
 		}
@@ -116,25 +118,6 @@ func (r *retainedState) write(client string, pk *packets.Packet, done func(error
 			done(err)
 		}
 	})
-}
-
-// joinDone returns a func to be called n times; done runs once, after the
-// last call, with the first error.
-func joinDone(n int, done func(error)) func(error) {
-	var mu sync.Mutex
-	var first error
-	return func(err error) {
-		mu.Lock()
-		if err != nil && first == nil {
-			first = err
-		}
-		n--
-		last, out := n == 0, first
-		mu.Unlock()
-		if last {
-			done(out)
-		}
-	}
 }
 
 // toStored is a message in mochi's storage type (the retained table's value).
