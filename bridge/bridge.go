@@ -1,8 +1,9 @@
 // Package bridge wires Ferry together: the embedded MQTT broker (mochi), the
 // hook that hands every accepted PUBLISH to the ring, the Kafka producer
 // (package producer) that drains the ring into Kafka, the reverse path that
-// publishes Kafka records to MQTT subscribers, and the HTTP endpoints for
-// metrics and health.
+// publishes Kafka records to MQTT subscribers, the session engine (package
+// session: sessions and retained messages in Kafka), and the HTTP endpoints
+// for metrics and health.
 //
 // Lifecycle: New builds everything and checks the configuration; Run starts
 // the listeners and workers and blocks until its context ends or Close is

@@ -192,7 +192,7 @@ func Open(cfg Config, d Deps) (*Engine, error) {
 	if d.Deliverer != nil {
 		e.wills.publish = d.Deliverer.PublishWill
 	}
-	e.wills.holds, e.wills.maxExpiry = hook.holds, d.Server.Options.Capabilities.MaximumSessionExpiryInterval
+	e.wills.owns, e.wills.maxExpiry = hook.owns, d.Server.Options.Capabilities.MaximumSessionExpiryInterval
 	hook.wills = e.wills
 	if e.sessions, err = state.Open(tc(cfg.SessionsTopic), d.Log, hook.onChange); err != nil {
 		return e, fmt.Errorf("sessions: %w", err)

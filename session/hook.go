@@ -811,9 +811,9 @@ func (h *sessionHook) expire(o *ownedSession) {
 	h.dropLocal(o.rec.Client, o.cl, false)
 }
 
-// holds reports whether this instance owns client's session now (its
+// owns reports whether this instance owns client's session now (its
 // record is this instance's to end).
-func (h *sessionHook) holds(client string) bool {
+func (h *sessionHook) owns(client string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.owned[client] != nil

@@ -73,10 +73,10 @@ type willKeeper struct {
 	timeout  time.Duration // one table write
 	table    *state.Table
 	publish  func(client string, protocol byte, w mqtt.Will)
-	// holds reports whether this instance owns a session now (the session
+	// owns reports whether this instance owns a session now (the session
 	// hook ends those itself); maxExpiry caps every record's expiry
 	// (mqtt.max_session_expiry, seconds).
-	holds     func(client string) bool
+	owns      func(client string) bool
 	maxExpiry uint32
 	metrics   *stateMetrics
 	slots     chan struct{}
@@ -266,7 +266,7 @@ func (w *willKeeper) sweep(now time.Time) {
 	}
 	due := w.expiredDue(now)
 	for k, r := range due {
-		if r.owner == w.id && w.holds != nil && w.holds(k) {
+		if r.owner == w.id && w.owns != nil && w.owns(k) {
 			delete(due, k) // the session hook ends it
 		}
 	}
@@ -333,7 +333,7 @@ func (w *willKeeper) expire(due map[string]offRef) {
 	for k, r := range due {
 		cur := w.lookup(k)
 		if cur == nil || cur.Owner != r.owner || cur.Epoch != r.epoch || !cur.Expired(now, w.maxExpiry) ||
-			cur.Owner == w.id && w.holds != nil && w.holds(k) {
+			cur.Owner == w.id && w.owns != nil && w.owns(k) {
 			continue
 		}
 		wg.Add(1)
