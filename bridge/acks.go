@@ -74,7 +74,7 @@ type pending struct {
 	qos   byte
 	topic string
 	local *packets.Packet // QoS 1, for local delivery; nil when nobody subscribes
-	floor bool            // QoS 1: holds reverseProgress until delivered locally (localAcked)
+	floor bool            // QoS 1: holds session.ReverseProgress until delivered locally (LocalAcked)
 	coord session.Coord   // where Kafka appended it (set before done on success)
 	slot  bool            // holds a slot of ackQueue.slots
 	turn  chan error      // QoS 2: receives the outcome when its turn has come

@@ -59,7 +59,7 @@ type hook struct {
 	// retained keeps retained messages in Kafka (nil: tests without state).
 	retained *session.Retained
 	// inj tells persistent sessions' positions where a delivered message
-	// sits in Kafka (positions.go).
+	// sits in Kafka (session/positions.go).
 	inj *session.Injections
 	// progress, when the reverse path and sessions run, holds persistent
 	// sessions' positions at own records waiting for their local delivery.
@@ -131,7 +131,7 @@ func (h *hook) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
 }
 
 // endInjection ends the injection of cl's QoS 2 publish, if one runs: the
-// next injection under its client id waits for it (injections).
+// next injection under its client id waits for it (session.Injections).
 func (h *hook) endInjection(cl *mqtt.Client, q *ackQueue) {
 	if h.inj != nil && q.injecting.CompareAndSwap(true, false) {
 		h.inj.End(cl.ID)
@@ -400,7 +400,7 @@ func (h *hook) mayDeliverLocally(pk *packets.Packet) bool {
 //
 // Like a QoS 1 publish's, the record holds the reverse path's progress
 // from Kafka's acknowledgement until mochi has delivered it here
-// (reverse_progress.go): from its turn on, mochi delivers it after the
+// (session/reverse_progress.go): from its turn on, mochi delivers it after the
 // PUBREC, and OnPublished (or OnDisconnect, when that write fails) lets go.
 func (h *hook) publishQoS2(cl *mqtt.Client, pk *packets.Packet, rec *producer.Record) bool {
 	q := h.queue(cl)

@@ -84,7 +84,7 @@ func TestResumeAfterLocalDeliveryOvertookReverse(t *testing.T) {
 }
 
 // TestResumeBringsOwnQoS2RecordOvertakenByReverse: the QoS 2 twin of the
-// own-record hold (reverse_progress.go). A QoS 2 publish on this instance
+// own-record hold (session/reverse_progress.go). A QoS 2 publish on this instance
 // is in Kafka (offset 0) but held before mochi writes its PUBREC and
 // delivers it locally (as it is while an earlier publish of its client
 // awaits Kafka); the reverse consumer skips it (its own record: the local
@@ -180,7 +180,7 @@ func (h *holdQoS2) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet
 }
 
 // TestDroppedDeliveryComesWithResume: a persistent session's writes are
-// held up (as the replay's last pass holds live deliveries, replay_hold.go)
+// held up (as the replay's last pass holds live deliveries, session/replay_hold.go)
 // while QoS 1 messages for it keep coming; its outbound queue
 // (mqtt.client_writes_pending 4) overflows, and mochi drops deliveries
 // after putting them in flight, and never redelivers them. The session

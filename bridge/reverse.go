@@ -32,7 +32,7 @@ import (
 //
 // Delivery promise (see committer): a record's offset is committed only once
 // every QoS 1/2 delivery it produced to a clean session is acknowledged; a
-// persistent session's own position in Kafka (positions.go) records what it
+// persistent session's own position in Kafka (session/positions.go) records what it
 // still needs. A crash redelivers, never skips.
 //
 // Loops: records whose ferry.origin header is this instance's id are skipped
@@ -198,7 +198,7 @@ func (r *reverse) partition(ctx context.Context) func(kgo.FetchTopicPartition) {
 func (r *reverse) handle(ctx context.Context, rec *kgo.Record) bool {
 	if rec.Attrs.IsControl() {
 		// A transaction's marker: nothing to deliver, but handed out (a
-		// partition that ends with one is at its end: reverse_progress.go).
+		// partition that ends with one is at its end: session/reverse_progress.go).
 		return true
 	}
 	r.metrics.reverseConsumed.Inc()

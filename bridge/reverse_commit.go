@@ -22,7 +22,7 @@ const reverseMarkInterval = 200 * time.Millisecond
 // every QoS 1/2 delivery it produced to a clean session is acknowledged:
 // a clean session has nothing else to redeliver from. Deliveries to
 // persistent sessions need no wait: a persistent session's position
-// (positions.go) is its own record of what it still needs, independent of
+// (session/positions.go) is its own record of what it still needs, independent of
 // the group's offsets. Each flush closes a round: the offsets handled so far
 // and the sequence number of the latest delivery (inflightOrder.last); a
 // round is marked once no delivery up to its sequence is still in flight to

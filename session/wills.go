@@ -63,7 +63,7 @@ import (
 // its record; a record of this instance that it does not hold (a dead run's)
 // it deletes itself. A client claiming the session meanwhile is not harmed:
 // its owner reads the tombstone after its claim and writes its record again
-// (repair on sight, session_hook.go onChange).
+// (repair on sight, records.go onChange).
 type willKeeper struct {
 	log      *slog.Logger
 	id       string

@@ -46,7 +46,7 @@ type Session struct {
 	WillBy string         `json:"will_by,omitempty"`
 	Subs   []Subscription `json:"subs,omitempty"`
 	// Positions are the session's queue: for each Kafka partition it drew
-	// messages from, where a resume reads from (bridge/positions.go).
+	// messages from, where a resume reads from (session/positions.go).
 	Positions []Position `json:"pos,omitempty"`
 	// Horizon (unix ms) covers the reverse topics' partitions without a
 	// position: every record there with an older timestamp was given to
