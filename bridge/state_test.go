@@ -444,6 +444,75 @@ func TestLateWriteOfFormerOwnerDoesNotReviveEndedSession(t *testing.T) {
 	})
 }
 
+// TestLateWriteOfEarlierConnectionHereDoesNotReviveEndedSession: the same
+// race as the test above, on one instance. A persistent session's
+// disconnect record has passed its ownership check and is on its way (held
+// here, at the worst moment) when a clean connection of the same client id
+// arrives at the same instance, and ends. The earlier connection's record
+// must not land after the clean session's end: a persistent reconnect then
+// finds no session (Session Present 0).
+func TestLateWriteOfEarlierConnectionHereDoesNotReviveEndedSession(t *testing.T) {
+	stateModes(t, func(t *testing.T, ca, _ Config) {
+		a := startBridge(t, ca)
+		id := "here-" + randHex(4)
+		held, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		a.stateEngine.SetBeforeWrite(func(r *state.Session) {
+			if r.Client == id && !r.Connected && !r.Clean {
+				once.Do(func() { close(held); <-release })
+			}
+		})
+		c := connectPaho(t, a.MQTTAddr(), id, func(o *pahov3.ClientOptions) { o.SetCleanSession(false) })
+		if tok := c.Subscribe("x/"+id, 1, nil); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+			t.Fatalf("subscribe: %v", tok.Error())
+		}
+		c.Disconnect(100)
+		select {
+		case <-held:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the disconnect record was never written")
+		}
+		connected := make(chan pahov3.Client, 1)
+		go func() { connected <- connectPaho(t, a.MQTTAddr(), id) }()
+		var clean pahov3.Client
+		select {
+		case clean = <-connected: // the clean session did not wait for the earlier write
+			clean.Disconnect(100)
+			waitFor(t, 20*time.Second, "the clean session's end in the table", func() bool {
+				v, ok := readTable(t, ca.Kafka.Brokers, ca.State.SessionsTopic)[id]
+				return ok && v == nil
+			})
+			close(release)
+		case <-time.After(time.Second): // it waits for the earlier write
+			close(release)
+			clean = <-connected
+			clean.Disconnect(100)
+		}
+		waitFor(t, 20*time.Second, "the earlier connection's record in the log", func() bool {
+			for _, v := range readLog(t, ca.Kafka.Brokers, ca.State.SessionsTopic)[id] {
+				if r, err := state.DecodeSession(v); err == nil && !r.Clean && !r.Connected {
+					return true
+				}
+			}
+			return false
+		})
+		waitFor(t, 20*time.Second, "a tombstone last in the table", func() bool {
+			v, ok := readTable(t, ca.Kafka.Brokers, ca.State.SessionsTopic)[id]
+			return ok && v == nil
+		})
+		again := pahov3.NewClient(pahov3.NewClientOptions().AddBroker("tcp://" + a.MQTTAddr()).SetClientID(id).
+			SetCleanSession(false).SetAutoReconnect(false))
+		tok := again.Connect()
+		if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("reconnect: %v", tok.Error())
+		}
+		again.Disconnect(100)
+		if tok.(*pahov3.ConnectToken).SessionPresent() {
+			t.Fatal("Session Present 1: the earlier connection's late disconnect record revived a session a clean start ended")
+		}
+	})
+}
+
 // TestRetainedPubackWaitsForRetainedRecord: when Kafka refuses the
 // retained record, the retained QoS 1 publish is not acknowledged as a
 // success (MQTT 5: PUBACK with a reason code >= 0x80), although its forward

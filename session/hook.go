@@ -209,8 +209,18 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	o.wmu.Lock()
 	defer o.wmu.Unlock()
 	h.mu.Lock()
+	before := h.owned[cl.ID]
 	h.owned[cl.ID] = o
 	h.mu.Unlock()
+	if before != nil && before != o {
+		// A write of the id's earlier connection here (its disconnect
+		// record, a checkpoint) may have passed its ownership check before
+		// the line above and be on its way: wait for it, so that it lands
+		// before this claim and not after this session's end. Its later
+		// writes see the claim and do nothing.
+		before.wmu.Lock()
+		before.wmu.Unlock()
+	}
 	if !keep {
 		// A clean session's claim only fences a second connection of the
 		// id elsewhere: written without waiting, so that clean clients
