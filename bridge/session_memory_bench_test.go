@@ -23,7 +23,8 @@ import (
 // first with clean session 0, subscribe to a filter of their own at QoS 1
 // and disconnect. Reported once both instances count N offline sessions,
 // after a forced GC: RSS and heap per offline session on each (the targets:
-// 1 KiB on the owner, 512 B elsewhere; Mosquitto, in memory: 856 B).
+// 1 KiB on the owner, 512 B elsewhere; Mosquitto, in memory: 856 B), and
+// the time of one /metrics scrape (target: under 50 ms).
 //
 //	go test -run '^$' -bench BenchmarkOfflineSessionMemory -benchtime 1x ./bridge/
 func BenchmarkOfflineSessionMemory(b *testing.B) {
@@ -78,6 +79,11 @@ func BenchmarkOfflineSessionMemory(b *testing.B) {
 			per := p.memSnapshot(b).perConn(base[p], n)
 			b.ReportMetric(per.rss, "B-RSS/session-"+p.name[len("ferry-"):])
 			b.ReportMetric(per.heap, "B-heap/session-"+p.name[len("ferry-"):])
+			t0 := time.Now()
+			if _, err := p.get("/metrics"); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(time.Since(t0).Microseconds())/1000, "ms-scrape-"+p.name[len("ferry-"):])
 			b.Logf("%s: %d offline sessions (made in %s): per session %s", p.name, n, made.Round(time.Millisecond), per)
 			// FERRY_BENCH_HEAP_DIR=dir keeps each process's heap profile
 			// (go tool pprof -sample_index=inuse_space dir/ferry-other.heap).

@@ -706,3 +706,31 @@ func TestSessionOwnPublishIsNotAnAck(t *testing.T) {
 		}
 	})
 }
+
+// TestSessionGauges: ferry_sessions{state} on every instance follows the
+// sessions table: a persistent session online, then offline, then ended
+// by a clean start; clean sessions are not counted.
+func TestSessionGauges(t *testing.T) {
+	stateModes(t, func(t *testing.T, ca, cb Config) {
+		a, b := startBridge(t, ca), startBridge(t, cb)
+		id := "gauge-" + randHex(4)
+		want := func(what string, online, offline float64) {
+			t.Helper()
+			for _, br := range []*Bridge{a, b} {
+				waitFor(t, 10*time.Second, fmt.Sprintf("%s: %s counts %v online, %v offline", what, br.InstanceID(), online, offline), func() bool {
+					return metricValue(t, br, "ferry_sessions", map[string]string{"state": "online"}) == online &&
+						metricValue(t, br, "ferry_sessions", map[string]string{"state": "offline"}) == offline
+				})
+			}
+		}
+		other := connectPaho(t, b.MQTTAddr(), "gauge-clean-"+randHex(4)) // clean: not counted
+		c := connectPaho(t, a.MQTTAddr(), id, func(o *pahov3.ClientOptions) { o.SetCleanSession(false) })
+		want("connected", 1, 0)
+		c.Disconnect(100)
+		want("disconnected", 0, 1)
+		clean := connectPaho(t, b.MQTTAddr(), id)
+		clean.Disconnect(100)
+		want("ended by a clean start", 0, 0)
+		other.Disconnect(100)
+	})
+}

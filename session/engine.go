@@ -194,7 +194,9 @@ func Open(cfg Config, d Deps) (*Engine, error) {
 	}
 	e.wills.owns, e.wills.maxExpiry = hook.owns, d.Server.Options.Capabilities.MaximumSessionExpiryInterval
 	hook.wills = e.wills
-	if e.sessions, err = state.Open(tc(cfg.SessionsTopic), d.Log, hook.onChange); err != nil {
+	sessions := tc(cfg.SessionsTopic)
+	sessions.Tag = sessionTag
+	if e.sessions, err = state.Open(sessions, d.Log, hook.onChange); err != nil {
 		return e, fmt.Errorf("sessions: %w", err)
 	}
 	hook.table = e.sessions

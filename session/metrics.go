@@ -1,6 +1,7 @@
 package session
 
 import (
+	"encoding/json"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -82,25 +83,41 @@ func newStateMetrics(reg prometheus.Registerer) (*stateMetrics, error) {
 	return m, nil
 }
 
+// Kinds of session records the sessions table counts (sessionTag), for the
+// ferry_sessions gauges: a scrape reads two counters, not the table.
+const (
+	tagOther   uint8 = iota // a clean session's claim, or unreadable
+	tagOnline               // persistent, its client connected
+	tagOffline              // persistent, its client gone
+)
+
+// sessionTag is the sessions table's state.TableConfig.Tag.
+func sessionTag(v []byte) uint8 {
+	var s struct {
+		Connected bool `json:"connected"`
+		Clean     bool `json:"clean"`
+	}
+	switch {
+	case json.Unmarshal(v, &s) != nil || s.Clean:
+		return tagOther
+	case s.Connected:
+		return tagOnline
+	default:
+		return tagOffline
+	}
+}
+
 // registerSessionGauges exports how many sessions the table holds, online
 // and offline (every instance sees all of them).
 func registerSessionGauges(reg prometheus.Registerer, t *state.Table) error {
-	count := func(online bool) func() float64 {
-		return func() float64 {
-			n := 0
-			t.Each(func(_ string, v []byte) {
-				if s, err := state.DecodeSession(v); err == nil && !s.Clean && s.Connected == online {
-					n++
-				}
-			})
-			return float64(n)
-		}
+	count := func(tag uint8) func() float64 {
+		return func() float64 { return float64(t.Count(tag)) }
 	}
 	for _, g := range []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_sessions", ConstLabels: prometheus.Labels{"state": "online"},
-			Help: "Persistent MQTT sessions in the sessions topic, by state (online, offline), across all instances."}, count(true)),
+			Help: "Persistent MQTT sessions in the sessions topic, by state (online, offline), across all instances."}, count(tagOnline)),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_sessions", ConstLabels: prometheus.Labels{"state": "offline"},
-			Help: "Persistent MQTT sessions in the sessions topic, by state (online, offline), across all instances."}, count(false)),
+			Help: "Persistent MQTT sessions in the sessions topic, by state (online, offline), across all instances."}, count(tagOffline)),
 	} {
 		if err := reg.Register(g); err != nil {
 			return fmt.Errorf("state metrics: %w", err)
