@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-bridge/ferry/internal/kafkaclient"
 )
 
 // instancesTopic is the Ferry-owned Kafka topic that carries the instance
@@ -131,7 +133,7 @@ func newInstanceCheck(cfg Config, log *slog.Logger, reg prometheus.Registerer, c
 		kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(c.start.Add(-instanceLookback).UnixMilli())),
 		kgo.ProducerLinger(0),
 		kgo.RecordDeliveryTimeout(max(every, instanceFinalWait)),
-		kgo.WithLogger(kgoLogger{log: c.log}),
+		kgo.WithLogger(kafkaclient.KgoLogger{Logger: c.log}),
 	}, sec...)
 	return c, nil
 }

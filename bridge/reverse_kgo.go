@@ -2,7 +2,6 @@ package bridge
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"regexp"
 	"strconv"
@@ -10,9 +9,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
 
+	"github.com/ferry-bridge/ferry/internal/kafkaclient"
 	"github.com/ferry-bridge/ferry/topicmap"
 )
 
@@ -132,7 +130,7 @@ func reverseKgoOpts(cfg Config, brokers []string, log *slog.Logger, m *metrics, 
 		// Commit only what the committer marked safe, in the background.
 		kgo.AutoCommitMarks(),
 		kgo.AutoCommitInterval(reverseCommitInterval),
-		kgo.WithLogger(kgoLogger{log: log.With("component", "reverse-kafka")}),
+		kgo.WithLogger(kafkaclient.KgoLogger{Logger: log.With("component", "reverse-kafka")}),
 		// A revoke (rebalance of a shared group, or a new regex topic) commits
 		// what is safe, as kgo's default revoke would, and drops the
 		// partitions' lag series.
@@ -154,56 +152,6 @@ func reverseKgoOpts(cfg Config, brokers []string, log *slog.Logger, m *metrics, 
 		return nil, err
 	}
 	return append(opts, sec...), nil
-}
-
-// kgoSecurityOpts are the TLS and SASL options of a franz-go client.
-func kgoSecurityOpts(k KafkaConfig) ([]kgo.Opt, error) {
-	var opts []kgo.Opt
-	if k.TLS.Enabled || k.TLS.CA != "" || k.TLS.Cert != "" {
-		tc, err := clientTLS(k.TLS)
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, kgo.DialTLSConfig(tc))
-	}
-	switch strings.ToUpper(k.SASL.Mechanism) {
-	case "":
-	case "PLAIN":
-		opts = append(opts, kgo.SASL(plain.Auth{User: k.SASL.Username, Pass: k.SASL.Password}.AsMechanism()))
-	case "SCRAM-SHA-256":
-		opts = append(opts, kgo.SASL(scram.Auth{User: k.SASL.Username, Pass: k.SASL.Password}.AsSha256Mechanism()))
-	case "SCRAM-SHA-512":
-		opts = append(opts, kgo.SASL(scram.Auth{User: k.SASL.Username, Pass: k.SASL.Password}.AsSha512Mechanism()))
-	default:
-		return nil, fmt.Errorf("kafka.sasl.mechanism=%q: unknown", k.SASL.Mechanism)
-	}
-	return opts, nil
-}
-
-// kgoLogger adapts slog to franz-go's logger; franz-go's info level is
-// chatty (every join and assignment), so it is logged at debug.
-type kgoLogger struct{ log *slog.Logger }
-
-func (l kgoLogger) Level() kgo.LogLevel {
-	ctx := context.Background()
-	switch {
-	case l.log.Enabled(ctx, slog.LevelDebug):
-		return kgo.LogLevelInfo
-	case l.log.Enabled(ctx, slog.LevelWarn):
-		return kgo.LogLevelWarn
-	}
-	return kgo.LogLevelError
-}
-
-func (l kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
-	switch level {
-	case kgo.LogLevelError:
-		l.log.Error(msg, keyvals...)
-	case kgo.LogLevelWarn:
-		l.log.Warn(msg, keyvals...)
-	default:
-		l.log.Debug(msg, keyvals...)
-	}
 }
 
 func forgetLag(m *metrics, parts map[string][]int32) {

@@ -1,8 +1,15 @@
-// Package kafkaclient holds what the bridge and the test helpers share about
-// segmentio/kafka-go clients: closing a client's transport.
+// Package kafkaclient holds what the bridge, the reverse consumer and the
+// test helpers share about Kafka clients: closing a segmentio/kafka-go
+// client's transport, and a slog adapter for franz-go's logger.
 package kafkaclient
 
-import "github.com/segmentio/kafka-go"
+import (
+	"context"
+	"log/slog"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
 
 // CloseIdle closes c's transport (a *kafka.Transport; other RoundTrippers
 // are left alone). A kafka-go transport left open keeps its connection
@@ -11,5 +18,35 @@ import "github.com/segmentio/kafka-go"
 func CloseIdle(c *kafka.Client) {
 	if t, ok := c.Transport.(*kafka.Transport); ok {
 		t.CloseIdleConnections()
+	}
+}
+
+// KgoLogger adapts slog to franz-go's logger (kgo.WithLogger); franz-go's
+// info level is chatty (every join and assignment), so it is logged at
+// debug.
+type KgoLogger struct{ Logger *slog.Logger }
+
+// Level is the most verbose level the slog logger takes.
+func (l KgoLogger) Level() kgo.LogLevel {
+	ctx := context.Background()
+	switch {
+	case l.Logger.Enabled(ctx, slog.LevelDebug):
+		return kgo.LogLevelInfo
+	case l.Logger.Enabled(ctx, slog.LevelWarn):
+		return kgo.LogLevelWarn
+	}
+	return kgo.LogLevelError
+}
+
+// Log logs one franz-go line: errors and warnings as such, the rest at
+// debug.
+func (l KgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	switch level {
+	case kgo.LogLevelError:
+		l.Logger.Error(msg, keyvals...)
+	case kgo.LogLevelWarn:
+		l.Logger.Warn(msg, keyvals...)
+	default:
+		l.Logger.Debug(msg, keyvals...)
 	}
 }
