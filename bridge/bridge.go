@@ -1,9 +1,10 @@
 // Package bridge wires Ferry together: the embedded MQTT broker (mochi), the
 // hook that hands every accepted PUBLISH to the ring, the Kafka producer
-// (package producer) that drains the ring into Kafka, the reverse path that
-// publishes Kafka records to MQTT subscribers, the session engine (package
-// session: sessions and retained messages in Kafka), and the HTTP endpoints
-// for metrics and health.
+// (package producer) that drains the ring into Kafka, the reverse consumer
+// (package reverse) whose records the bridge publishes to MQTT subscribers
+// (reverse.go: its Sink), the session engine (package session: sessions and
+// retained messages in Kafka), and the HTTP endpoints for metrics and
+// health.
 //
 // Lifecycle: New builds everything and checks the configuration; Run starts
 // the listeners and workers and blocks until its context ends or Close is
@@ -28,6 +29,7 @@ import (
 
 	"github.com/ferry-bridge/ferry/internal/kafkaclient"
 	"github.com/ferry-bridge/ferry/producer"
+	"github.com/ferry-bridge/ferry/reverse"
 	"github.com/ferry-bridge/ferry/ringbuffer"
 	"github.com/ferry-bridge/ferry/session"
 	"github.com/ferry-bridge/ferry/topicmap"
@@ -47,8 +49,8 @@ type Bridge struct {
 	tm          *topicmap.Map
 	kclient     *kafka.Client
 	producer    *producer.Producer
-	reverse     *reverse
-	order       *inflightOrder
+	reverse     *reverse.Consumer
+	order       *reverse.InflightOrder
 	stateEngine *session.Engine // sessions and retained messages in Kafka
 	embedded    *embeddedKafka
 	http        *httpServer
@@ -257,7 +259,7 @@ func (b *Bridge) start(ctx context.Context) error {
 	if err := b.server.AddHook(b.hook, nil); err != nil {
 		return fmt.Errorf("mqtt hook: %w", err)
 	}
-	b.order = newInflightOrder(b.server)
+	b.order = reverse.NewInflightOrder(b.server)
 	if err := b.openState(ctx, brokers); err != nil {
 		return err
 	}
@@ -286,18 +288,14 @@ func (b *Bridge) start(ctx context.Context) error {
 	}()
 
 	if len(b.cfg.Reverse.Topics) > 0 {
-		b.reverse, err = newReverse(b.cfg, b.log, b.server, b.tm, b.metrics, brokers, b.order)
-		if err != nil {
+		if err := b.startReverse(brokers); err != nil {
 			return fmt.Errorf("reverse path: %w", err)
 		}
-		b.reverse.retained = b.stateEngine.Retained()
-		b.reverse.inj = b.stateEngine.Injections()
-		b.reverse.progress = b.stateEngine.ReverseProgress()
 		b.reverseCtx, b.reverseCancel = context.WithCancel(context.Background())
 		b.workers.Add(1)
 		go func() {
 			defer b.workers.Done()
-			if err := b.reverse.run(b.reverseCtx); err != nil {
+			if err := b.reverse.Run(b.reverseCtx); err != nil {
 				b.log.Error("reverse path stopped", "err", err)
 			}
 		}()
@@ -468,7 +466,7 @@ func (b *Bridge) shutdown() error {
 		}
 		b.closeState() // after the broker: its last session writes
 		if b.reverse != nil {
-			if err := b.reverse.close(); err != nil {
+			if err := b.reverse.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("reverse close: %w", err))
 			}
 		}

@@ -6,11 +6,11 @@ import (
 	"math"
 	"net"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/ferry-bridge/ferry/producer"
+	"github.com/ferry-bridge/ferry/reverse"
 	"github.com/ferry-bridge/ferry/topicmap"
 )
 
@@ -320,7 +320,7 @@ func DefaultConfig() Config {
 		},
 		Ring:    RingConfig{Capacity: 1 << 16, QoS0Policy: "drop-newest"},
 		Topics:  topicmap.DefaultConfig(),
-		Reverse: ReverseConfig{StartOffset: "latest", Refresh: 3 * time.Second, SkipOwn: true},
+		Reverse: ReverseConfig{StartOffset: "latest", Refresh: reverse.DefaultRefresh, SkipOwn: true},
 		State: StateConfig{SessionsTopic: "_ferry_sessions", RetainedTopic: "_ferry_retained", Partitions: 8,
 			HeartbeatInterval: instanceHeartbeat, InstanceLapse: 10 * time.Second},
 		HTTP: HTTPConfig{Listen: "127.0.0.1:8080"},
@@ -489,7 +489,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("config topics: %w", err))
 	}
 	for i, t := range c.Reverse.Topics {
-		if err := validReverseTopic(t); err != nil {
+		if err := reverse.ValidTopic(t); err != nil {
 			bad(fmt.Sprintf("reverse.topics[%d]", i), t, "%v", err)
 		}
 	}
@@ -522,18 +522,6 @@ func (c Config) Validate() error {
 		bad("shutdown_timeout", c.ShutdownTimeout, "must be positive")
 	}
 	return errors.Join(errs...)
-}
-
-// validReverseTopic accepts a Kafka topic name or a /regex/.
-func validReverseTopic(t string) error {
-	if len(t) >= 2 && strings.HasPrefix(t, "/") && strings.HasSuffix(t, "/") {
-		_, err := regexp.Compile(t[1 : len(t)-1])
-		return err
-	}
-	if topicmap.IsFerryTopic(t) {
-		return fmt.Errorf("%q is one of Ferry's own state topics (prefix %q): never published to MQTT", t, topicmap.FerryPrefix)
-	}
-	return topicmap.ValidKafkaTopic(t)
 }
 
 func isLoopback(addr string) bool {

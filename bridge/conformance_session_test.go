@@ -388,7 +388,7 @@ func TestWillReachesKafka(t *testing.T) {
 // the original PUBLISH packets were sent" [MQTT-4.6.0-1]. mochi resends a
 // resumed session's in-flight messages sorted by their Created second
 // (inflight.go GetAll), random within a second; Ferry's inflight-order hook
-// (reverse_order.go) renumbers them so the resend keeps delivery order.
+// (reverse/order.go) renumbers them so the resend keeps delivery order.
 func TestConformanceResendOrder(t *testing.T) {
 	for i := 0; i < 3; i++ { // one ordering by chance is 1 in 6: three runs make a pass by luck 1 in 216
 		_, resumed := offlineQueue(t, testConfig(""))

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferry-bridge/ferry/producer"
+	"github.com/ferry-bridge/ferry/reverse"
 )
 
 // The label values of the reason-labelled counters. Each series is
@@ -15,7 +16,7 @@ import (
 var (
 	nackReasons        = []string{"kafka_unavailable", "kafka_rejected", "topic_rejected", "ring_full", "too_large", "shutdown"}
 	dropReasons        = []string{"ring_full", "ring_evicted", "unmappable_topic", "closed", "session_queue_full"}
-	reverseSkipReasons = []string{"own_origin", "excluded", "unmappable", "too_large", "publish_failed"}
+	reverseSkipReasons = reverse.SkipReasons
 )
 
 func reasons(values []string) string { return strings.Join(values, ", ") }
@@ -123,4 +124,10 @@ func (m *metrics) producer() producer.Metrics {
 		Held:            m.producerHeld,
 		Topics:          m.producerTopics,
 	}
+}
+
+// reverseMetrics is the reverse consumer's share of the series.
+func (m *metrics) reverseMetrics() reverse.Metrics {
+	return reverse.Metrics{Consumed: m.reverseConsumed, Published: m.reversePublished,
+		Skipped: m.reverseSkipped, Lag: m.reverseLag}
 }

@@ -3,299 +3,112 @@ package bridge
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
-	"strconv"
 	"sync/atomic"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferry-bridge/ferry/reverse"
 	"github.com/ferry-bridge/ferry/session"
-	"github.com/ferry-bridge/ferry/topicmap"
 )
 
-// reverse is the Kafka -> MQTT path: a franz-go consumer in a group (default
-// "ferry-" + instance.id) that publishes every record to the embedded broker
-// through mochi's inline client.
+// The bridge's side of the reverse consumer (package reverse): its config,
+// its series, and the Sink it delivers to.
+
+// reverseConfig is what the reverse consumer takes of c.
+func (c Config) reverseConfig(brokers []string) reverse.Config {
+	return reverse.Config{Brokers: brokers, InstanceID: c.Instance.ID, Topics: c.Reverse.Topics,
+		GroupID: c.Reverse.GroupID, StartOffset: c.Reverse.StartOffset, Refresh: c.Reverse.Refresh,
+		SkipOwn: c.Reverse.SkipOwn, MaxPacketSize: c.MQTT.MaxPacketSize,
+		ClientWritesPending: c.MQTT.ClientWritesPending, ShutdownTimeout: c.ShutdownTimeout, Hold: c.reverseHold}
+}
+
+// reverseGroupID is the reverse consumer's group (reverse.Config.Group).
+func reverseGroupID(cfg Config) string { return cfg.reverseConfig(nil).Group() }
+
+// startReverse builds the reverse consumer (reverse.topics is set).
+func (b *Bridge) startReverse(brokers []string) error {
+	inline, ok := b.server.Clients.Get(mqtt.InlineClientId)
+	if !ok {
+		return errors.New("mqtt inline client is not enabled")
+	}
+	sec, err := kgoSecurityOpts(b.cfg.Kafka)
+	if err != nil {
+		return err
+	}
+	log := b.log.With("component", "reverse")
+	sink := &reverseSink{server: b.server, inline: inline, metrics: b.metrics,
+		logs:     newRateLimiter(log, 10*time.Second),
+		retained: b.stateEngine.Retained(), inj: b.stateEngine.Injections(), progress: b.stateEngine.ReverseProgress()}
+	b.reverse, err = reverse.New(b.cfg.reverseConfig(brokers), reverse.Deps{Log: b.log, Server: b.server,
+		Topics: b.tm, Order: b.order, Sink: sink, Metrics: b.metrics.reverseMetrics(), KafkaOpts: sec})
+	return err
+}
+
+// reverseSink publishes the reverse consumer's deliveries (reverse.Sink)
+// to the embedded broker through mochi's inline client, after the
+// retained table when the consumer says so, and hands its progress to the
+// session engine.
 //
-// Mapping: topicmap.Reverse (header mqtt.topic, then reverse rules, then the
-// default DecodeTopic). Delivery QoS is the rule's (default 1, so that each
-// subscriber's own subscription QoS decides), lowered by an mqtt.qos header;
-// retain is set when the rule or the mqtt.retain header says so. Only the
-// first occurrence of each reserved header (mqtt.*, ferry.*) is read
-// (topicmap.ParseStandard): a record carrying two cannot be misread. Other
-// Kafka headers become MQTT v5 user properties.
-//
-// Delivery promise (see committer): a record's offset is committed only once
-// every QoS 1/2 delivery it produced to a clean session is acknowledged; a
-// persistent session's own position in Kafka (session/positions.go) records what it
-// still needs. A crash redelivers, never skips.
-//
-// Loops: records whose ferry.origin header is this instance's id are skipped
-// (reverse.skip_own, default on), and the forward hook never bridges the
-// inline client's publishes, so nothing the reverse path publishes returns to
-// Kafka.
-//
-// Records that cannot be delivered (no valid MQTT topic, excluded topic,
-// larger than mqtt.max_packet_size) are skipped, counted in
-// ferry_reverse_skipped_total{reason} and logged rate-limited; they are
-// committed like the others, so one bad record never stalls a partition.
 // Deliveries mochi refuses because a subscriber has mochi's maximum of
 // messages in flight (a long-offline session) are counted in
 // ferry_mqtt_subscriber_drops_total and logged rate-limited.
-type reverse struct {
-	cfg     Config
-	log     *slog.Logger
+type reverseSink struct {
 	server  *mqtt.Server
-	tm      *topicmap.Map
+	inline  *mqtt.Client
 	metrics *metrics
 	logs    *rateLimiter
-	pace    *pacer
-	order   *inflightOrder
 	// retained, when set, records retained messages from Kafka in the
 	// retained table before their offset can be committed.
 	retained *session.Retained
-	inj      *session.Injections // positions of persistent subscribers
-	progress *session.ReverseProgress
-	commits  *committer
-	client   *kgo.Client
-	inline   *mqtt.Client
-	origin   string
-	maxSize  int
-	hold     <-chan struct{}
-
-	hdrs  []topicmap.Header // scratch, reverse goroutine only
-	props []topicmap.UserProperty
+	inj      *session.Injections      // positions of persistent subscribers
+	progress *session.ReverseProgress // nil: no session engine
 }
 
-// reverseSlowWait bounds how long one delivery waits for one slow subscriber.
-const reverseSlowWait = time.Second
+// reverseRetainedRetry is the pause between attempts to write a retained
+// message from Kafka.
+const reverseRetainedRetry = 100 * time.Millisecond
 
-// reverseDrainTimeout bounds the wait at shutdown, without a session store,
-// for subscribers to acknowledge in-flight messages before the final commit.
-const reverseDrainTimeout = 2 * time.Second
-
-func newReverse(cfg Config, log *slog.Logger, server *mqtt.Server, tm *topicmap.Map, m *metrics, brokers []string,
-	order *inflightOrder) (*reverse, error) {
-	inline, ok := server.Clients.Get(mqtt.InlineClientId)
-	if !ok {
-		return nil, errors.New("mqtt inline client is not enabled")
+func (s *reverseSink) Deliver(ctx context.Context, d reverse.Delivery) error {
+	if d.WriteRetained && !s.writeRetained(ctx, &d.Packet) {
+		return reverse.ErrStopped
 	}
-	log = log.With("component", "reverse")
-	r := &reverse{
-		cfg: cfg, log: log, server: server, tm: tm, metrics: m,
-		logs:    newRateLimiter(log, 10*time.Second),
-		order:   order,
-		inline:  inline,
-		origin:  cfg.Instance.ID,
-		maxSize: cfg.MQTT.MaxPacketSize,
-		hold:    cfg.reverseHold,
+	refused := atomic.LoadInt64(&s.server.Info.InflightDropped)
+	if s.inj != nil {
+		s.inj.Begin(s.inline.ID, session.Coord{Topic: d.Topic, Partition: d.Partition, Offset: d.Offset}, d.Packet.TopicName)
+		defer s.inj.End(s.inline.ID)
 	}
-	opts, err := reverseKgoOpts(cfg, brokers, log, m, time.Now(), func() { _ = r.commits.flush() },
-		func() *kgo.Client { return r.client })
-	if err != nil {
-		return nil, err
+	if err := s.server.InjectPacket(s.inline, d.Packet); err != nil {
+		return err
 	}
-	limit := min(cfg.MQTT.ClientWritesPending, int(server.Options.Capabilities.MaximumInflight)) / 2
-	r.pace = newPacer(server, log, limit, reverseSlowWait)
-	if err := server.AddHook(r.pace, nil); err != nil {
-		return nil, fmt.Errorf("reverse pacer hook: %w", err)
-	}
-	if r.client, err = kgo.NewClient(opts...); err != nil {
-		return nil, fmt.Errorf("reverse consumer: %w", err)
-	}
-	r.commits = newCommitter(r.client, order, log)
-	return r, nil
-}
-
-// run consumes until ctx ends, then commits what is safe.
-func (r *reverse) run(ctx context.Context) error {
-	if r.hold != nil {
-		select {
-		case <-r.hold:
-		case <-ctx.Done():
-			return nil
-		}
-	}
-	r.log.Info("reverse path consuming", "topics", r.cfg.Reverse.Topics, "group", reverseGroupID(r.cfg),
-		"start_offset", r.cfg.Reverse.StartOffset)
-	cctx, stopCommitter := context.WithCancel(context.Background())
-	committerDone := make(chan struct{})
-	go func() {
-		defer close(committerDone)
-		r.commits.run(cctx)
-	}()
-	resubscribed := map[string]time.Time{}
-	for ctx.Err() == nil {
-		fs := r.client.PollFetches(ctx)
-		if fs.IsClientClosed() {
-			break
-		}
-		var recreated []string
-		failed := false
-		fs.EachError(func(topic string, p int32, err error) {
-			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-				return
-			}
-			failed = true
-			if errors.Is(err, kerr.UnknownTopicID) && time.Since(resubscribed[topic]) > reverseResubscribeEvery {
-				recreated = append(recreated, topic)
-			}
-			r.logs.Warn("fetch:"+topic, "reverse fetch error", "topic", topic, "partition", p, "err", err)
-		})
-		if len(recreated) > 0 {
-			r.resubscribe(recreated)
-			for _, t := range recreated {
-				resubscribed[t] = time.Now()
-			}
-		}
-		fs.EachPartition(r.partition(ctx))
-		if failed && fs.NumRecords() == 0 {
-			// kgo answers a persistent error at once: do not spin on it.
-			select {
-			case <-ctx.Done():
-			case <-time.After(reverseErrorBackoff):
-			}
-		}
-	}
-	stopCommitter()
-	<-committerDone
-	return r.commit()
-}
-
-// partition publishes one partition's fetched records in order, then hands
-// the last one to the committer and updates the lag gauge.
-func (r *reverse) partition(ctx context.Context) func(kgo.FetchTopicPartition) {
-	return func(p kgo.FetchTopicPartition) {
-		var last *kgo.Record
-		for _, rec := range p.Records {
-			// At shutdown the rest of the fetch is left for the next run:
-			// pacing stops with ctx, and unpaced publishes could overflow
-			// subscriber queues after their offsets were committed.
-			if ctx.Err() != nil || !r.handle(ctx, rec) {
-				break
-			}
-			last = rec
-		}
-		if last == nil {
-			return
-		}
-		r.commits.handled(last)
-		if r.progress != nil {
-			r.progress.Handled(p.Topic, p.Partition, last.Offset+1)
-		}
-		lag := max(p.HighWatermark-last.Offset-1, 0)
-		r.metrics.reverseLag.WithLabelValues(p.Topic, strconv.Itoa(int(p.Partition))).Set(float64(lag))
-	}
-}
-
-// handle publishes or skips one record; false means it was neither (shutdown)
-// and must not be committed.
-func (r *reverse) handle(ctx context.Context, rec *kgo.Record) bool {
-	if rec.Attrs.IsControl() {
-		// A transaction's marker: nothing to deliver, but handed out (a
-		// partition that ends with one is at its end: session/reverse_progress.go).
-		return true
-	}
-	r.metrics.reverseConsumed.Inc()
-	r.hdrs = r.hdrs[:0]
-	for _, h := range rec.Headers {
-		r.hdrs = append(r.hdrs, topicmap.Header{Key: h.Key, Value: h.Value})
-	}
-	std, _ := topicmap.ParseStandard(r.hdrs) // the first of each reserved header only
-	if r.cfg.Reverse.SkipOwn && std.Origin == r.origin {
-		r.metrics.reverseSkipped.WithLabelValues("own_origin").Inc()
-		return true
-	}
-	d, err := r.tm.Reverse(rec.Topic, r.hdrs)
-	if errors.Is(err, topicmap.ErrExcluded) {
-		r.metrics.reverseSkipped.WithLabelValues("excluded").Inc()
-		return true
-	}
-	if err != nil {
-		r.metrics.reverseSkipped.WithLabelValues("unmappable").Inc()
-		r.logs.Warn("unmappable:"+rec.Topic, "kafka record skipped: no MQTT topic", "topic", rec.Topic,
-			"partition", rec.Partition, "offset", rec.Offset, "err", err)
-		return true
-	}
-	qos := d.QoS
-	if std.HasQoS {
-		qos = min(qos, std.QoS)
-	}
-	r.props, _ = topicmap.HeadersToUserProps(r.props[:0], r.hdrs)
-	pk := packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos, Retain: d.Retain || std.HasRetain && std.Retain},
-		TopicName:   d.Topic,
-		Payload:     rec.Value,
-	}
-	if len(r.props) > 0 {
-		pk.Properties.User = make([]packets.UserProperty, len(r.props))
-		for i, p := range r.props {
-			pk.Properties.User[i] = packets.UserProperty{Key: p.Key, Val: p.Value}
-		}
-	}
-	if size := publishSize(&pk); size > r.maxSize {
-		r.metrics.reverseSkipped.WithLabelValues("too_large").Inc()
-		r.logs.Warn("too_large:"+rec.Topic, "kafka record skipped: larger than mqtt.max_packet_size", "topic", rec.Topic,
-			"partition", rec.Partition, "offset", rec.Offset, "size", size, "max", r.maxSize)
-		return true
-	}
-	if pk.FixedHeader.Qos > 0 {
-		pk.PacketID = 1 // the inline client's id is not used for delivery
-		if !r.pace.wait(ctx, pk.TopicName) {
-			return false
-		}
-		r.order.enter(ctx, pk.TopicName)
-		defer r.order.leave()
-		if ctx.Err() != nil {
-			return false
-		}
-	}
-	// One writer per retained message: a record another Ferry instance's
-	// forward path marked retained was written to the retained table by that
-	// instance before its PUBACK (instances of one deployment share the
-	// table); writing it again from here would replace its record with a copy
-	// that lost the publisher's fields.
-	fromPeer := std.Origin != "" && std.HasRetain && std.Retain
-	if pk.FixedHeader.Retain && !fromPeer && !r.writeRetained(ctx, &pk) {
-		return false
-	}
-	refused := atomic.LoadInt64(&r.server.Info.InflightDropped)
-	if r.inj != nil {
-		r.inj.Begin(r.inline.ID, session.Coord{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}, pk.TopicName)
-		defer r.inj.End(r.inline.ID)
-	}
-	if err := r.server.InjectPacket(r.inline, pk); err != nil {
-		r.metrics.reverseSkipped.WithLabelValues("publish_failed").Inc()
-		r.logs.Warn("publish:"+d.Topic, "kafka record not published to MQTT", "topic", d.Topic, "err", err)
-		return true
-	}
-	if n := atomic.LoadInt64(&r.server.Info.InflightDropped) - refused; n > 0 {
+	if n := atomic.LoadInt64(&s.server.Info.InflightDropped) - refused; n > 0 {
 		// mochi refuses a QoS 1/2 delivery without a hook when the subscriber
 		// already has MaximumInflight messages in flight (a long-offline
 		// session): count and say so.
-		r.metrics.subscriberDrops.Add(float64(n))
-		r.logs.Warn("inflight_full:"+d.Topic, "MQTT subscriber has too many undelivered messages: delivery dropped and counted",
-			"topic", d.Topic, "max_inflight", r.server.Options.Capabilities.MaximumInflight, "metric", "ferry_mqtt_subscriber_drops_total")
+		s.metrics.subscriberDrops.Add(float64(n))
+		s.logs.Warn("inflight_full:"+d.Packet.TopicName, "MQTT subscriber has too many undelivered messages: delivery dropped and counted",
+			"topic", d.Packet.TopicName, "max_inflight", s.server.Options.Capabilities.MaximumInflight, "metric", "ferry_mqtt_subscriber_drops_total")
 	}
-	r.metrics.reversePublished.Inc()
-	return true
+	return nil
+}
+
+func (s *reverseSink) Handled(topic string, partition int32, next int64) {
+	if s.progress != nil {
+		s.progress.Handled(topic, partition, next)
+	}
 }
 
 // writeRetained records a retained message from Kafka in the retained
 // table, retrying until it is written or ctx ends (false: shutdown; the
 // record is not committed and comes again after a restart).
-func (r *reverse) writeRetained(ctx context.Context, pk *packets.Packet) bool {
-	if r.retained == nil {
+func (s *reverseSink) writeRetained(ctx context.Context, pk *packets.Packet) bool {
+	if s.retained == nil {
 		return true
 	}
 	for ctx.Err() == nil {
 		res := make(chan error, 1)
-		r.retained.Write(r.inline.ID, pk, func(err error) { res <- err })
+		s.retained.Write(s.inline.ID, pk, func(err error) { res <- err })
 		select {
 		case err := <-res:
 			if err == nil {
@@ -306,79 +119,8 @@ func (r *reverse) writeRetained(ctx context.Context, pk *packets.Packet) bool {
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(reverseErrorBackoff):
+		case <-time.After(reverseRetainedRetry):
 		}
 	}
 	return false
-}
-
-// reverseResubscribeEvery bounds how often one topic is purged and added
-// back; reverseErrorBackoff is the pause after a poll that brought only
-// errors.
-const (
-	reverseResubscribeEvery = 5 * time.Second
-	reverseErrorBackoff     = 100 * time.Millisecond
-)
-
-// resubscribe handles topics that were deleted and re-created under the
-// running bridge: kgo keeps the old topic ID and fails every fetch with
-// UNKNOWN_TOPIC_ID until the topic is purged and added back (kgo's README).
-// What the committer still holds for the old topic is dropped first (an old
-// offset committed to the new topic would skip its records); Kafka deletes
-// the group's commits of a deleted topic, so the new one is read from its
-// first record (it is newer than the bridge's start). A /regex/ finds the
-// topic again at its next metadata refresh; a named topic is added back.
-func (r *reverse) resubscribe(topics []string) {
-	r.log.Warn("reverse topic deleted and re-created (or deleted): consuming it again from its first record",
-		"topics", topics)
-	r.commits.forget(topics)
-	r.client.PurgeTopicsFromConsuming(topics...)
-	if !anyRegexTopic(r.cfg.Reverse.Topics) {
-		// Direct consuming: every topic fetched is a configured name.
-		r.client.AddConsumeTopics(topics...)
-	}
-}
-
-// publishSize is an upper bound of the encoded size of pk for an MQTT v5
-// subscriber: fixed header, topic, packet id, properties and payload.
-func publishSize(pk *packets.Packet) int {
-	n := 2 + len(pk.TopicName) + 2 + len(pk.Payload) + 16 // properties length, expiry, alias, sub ids
-	for _, u := range pk.Properties.User {
-		n += 1 + 2 + len(u.Key) + 2 + len(u.Val)
-	}
-	return n + 5 // fixed header: type byte + up to 4 length bytes
-}
-
-// commit makes the final commit at shutdown: it waits (bounded) for clean
-// sessions to acknowledge, then commits only what is safe: what is still
-// unacknowledged is redelivered after the restart (persistent sessions
-// resume from their positions).
-func (r *reverse) commit() error {
-	deadline := time.Now().Add(reverseDrainTimeout)
-	for {
-		if err := r.commits.flush(); err != nil {
-			return fmt.Errorf("reverse: final commit: %w", err)
-		}
-		if !r.commits.unsafe() {
-			break
-		}
-		if time.Now().After(deadline) {
-			r.log.Warn("shutdown: clean-session subscribers still have unacknowledged messages; their records are not committed and will be redelivered",
-				"waited", reverseDrainTimeout)
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), min(r.cfg.ShutdownTimeout/2, 5*time.Second))
-	defer cancel()
-	if err := r.client.CommitMarkedOffsets(ctx); err != nil {
-		return fmt.Errorf("reverse: final commit: %w", err)
-	}
-	return nil
-}
-
-// close leaves the consumer group and releases the client.
-func (r *reverse) close() error {
-	r.client.Close()
-	return nil
 }

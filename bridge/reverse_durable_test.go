@@ -330,7 +330,7 @@ func TestReverseBurstNoRule(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("burst: subscriber got %d of %d within 120s (published %v, drops %v, pacer waits %d)", col.len(), n,
 				metricValue(t, b, "ferry_reverse_published_total", nil), metricValue(t, b, "ferry_mqtt_subscriber_drops_total", nil),
-				b.reverse.pace.waits.Load())
+				b.reverse.PacerWaits())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -369,9 +369,9 @@ func TestReverseCommitWaitsForCleanSessionAck(t *testing.T) {
 	produceAll(t, kgoProducer(t, brokers), seqRecords(k, n, 1))
 	waitFor(t, 30*time.Second, "all messages received", func() bool { mu.Lock(); defer mu.Unlock(); return len(held) == n })
 	// Several flush rounds run while nothing is acknowledged: none may mark.
-	f := b.reverse.commits.flushes.Load()
-	waitFor(t, 10*time.Second, "three flush rounds", func() bool { return b.reverse.commits.flushes.Load() >= f+3 })
-	if o, ok := b.reverse.client.MarkedOffsets()[k][0]; ok && o.Offset > 0 {
+	f := b.reverse.Flushes()
+	waitFor(t, 10*time.Second, "three flush rounds", func() bool { return b.reverse.Flushes() >= f+3 })
+	if o, ok := b.reverse.MarkedOffsets()[k][0]; ok && o.Offset > 0 {
 		t.Fatalf("offset %d marked for commit while the clean-session subscriber has acknowledged nothing", o.Offset)
 	}
 	mu.Lock()

@@ -79,7 +79,7 @@ func TestReverseKcatToSubscribers(t *testing.T) {
 	if got := metricValue(t, b, "ferry_reverse_published_total", nil); got != float64(n) {
 		t.Errorf("ferry_reverse_published_total = %v, want %d", got, n)
 	}
-	t.Logf("pacer waits: %d", b.reverse.pace.waits.Load())
+	t.Logf("pacer waits: %d", b.reverse.PacerWaits())
 }
 
 // TestReverseRestartAtLeastOnce: the bridge is stopped in the middle of the

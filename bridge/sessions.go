@@ -9,6 +9,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/ferry-bridge/ferry/reverse"
 	"github.com/ferry-bridge/ferry/session"
 )
 
@@ -38,7 +39,7 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 		MayRead: session.ReadCheck(b.canRead), Deliverer: deliverer{b},
 		QueueDrops: b.metrics.drops.WithLabelValues("session_queue_full")}
 	if len(b.cfg.Reverse.Topics) > 0 {
-		d.IsReverse = reverseTopicMatcher(b.cfg.Reverse.Topics)
+		d.IsReverse = reverse.TopicMatcher(b.cfg.Reverse.Topics)
 	}
 	b.stateEngine, err = session.Open(cfg, d)
 	if err != nil {
@@ -59,7 +60,7 @@ func (b *Bridge) closeState() {
 }
 
 // addSessionHooks adds the hooks that keep MQTT sessions: the session
-// engine's (state in Kafka, positions, replay) and inflightOrder
+// engine's (state in Kafka, positions, replay) and reverse.InflightOrder
 // (redelivery order), in that order.
 func (b *Bridge) addSessionHooks() error {
 	if err := b.server.AddHook(b.stateEngine.Hook(), nil); err != nil {
@@ -77,9 +78,9 @@ type deliverer struct{ b *Bridge }
 
 func (d deliverer) Subscribed(cl *mqtt.Client) { d.b.hook.markSubscribed(cl) }
 
-func (d deliverer) PutInFlight(cl *mqtt.Client, pid uint16) { d.b.order.number(cl, pid, false) }
+func (d deliverer) PutInFlight(cl *mqtt.Client, pid uint16) { d.b.order.PutInFlight(cl, pid) }
 
-func (d deliverer) TakenOutOfFlight(cl *mqtt.Client, pid uint16) { d.b.order.complete(cl, pid) }
+func (d deliverer) TakenOutOfFlight(cl *mqtt.Client, pid uint16) { d.b.order.TakenOutOfFlight(cl, pid) }
 
 func (d deliverer) PublishWill(client string, protocol byte, w mqtt.Will) {
 	d.b.hook.publishWill(client, protocol, w)

@@ -256,7 +256,7 @@ func slowSubscriber(t *testing.T, stuckQoS byte) {
 			}
 			t.Fatalf("healthy subscribers got %v of %d records within 120s (reverse published %v, subscriber drops %v, pacer waits %d)",
 				counts, n, metricValue(t, b, "ferry_reverse_published_total", nil),
-				metricValue(t, b, "ferry_mqtt_subscriber_drops_total", nil), b.reverse.pace.waits.Load())
+				metricValue(t, b, "ferry_mqtt_subscriber_drops_total", nil), b.reverse.PacerWaits())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -272,7 +272,7 @@ func slowSubscriber(t *testing.T, stuckQoS byte) {
 	stuckGone := metricValue(t, b, "ferry_mqtt_connections", nil) == float64(len(healthy))
 	t.Logf("slow subscriber (QoS %d subscription): %d records x %d B via the reverse path at QoS 1; 3 healthy subscribers got all, in order, in %s; "+
 		"stuck subscriber: %d drops counted, disconnected by the write timeout: %v; pacer waits %d; RSS %s -> max %s (+%s)",
-		stuckQoS, n, payload, elapsed.Round(time.Millisecond), int(drops), stuckGone, b.reverse.pace.waits.Load(),
+		stuckQoS, n, payload, elapsed.Round(time.Millisecond), int(drops), stuckGone, b.reverse.PacerWaits(),
 		mib(rss0), mib(maxRSS.Load()), mib(maxRSS.Load()-rss0))
 	switch {
 	case stuckQoS == 0 && drops == 0:

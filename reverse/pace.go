@@ -1,4 +1,4 @@
-package bridge
+package reverse
 
 import (
 	"bytes"
@@ -27,7 +27,7 @@ import (
 // ferry_mqtt_subscriber_drops_total). QoS 0 deliveries are best effort and
 // not paced. Disconnected persistent sessions are never waited for: their
 // messages queue in the session (and the store) up to mochi's in-flight cap;
-// the reverse path counts what mochi refuses beyond it (reverse.handle).
+// the reverse path counts what mochi refuses beyond it (Consumer.handle).
 type pacer struct {
 	mqtt.HookBase
 	server  *mqtt.Server

@@ -1,4 +1,4 @@
-package bridge
+package reverse
 
 import (
 	"context"
@@ -24,13 +24,13 @@ const reverseMarkInterval = 200 * time.Millisecond
 // persistent sessions need no wait: a persistent session's position
 // (session/positions.go) is its own record of what it still needs, independent of
 // the group's offsets. Each flush closes a round: the offsets handled so far
-// and the sequence number of the latest delivery (inflightOrder.last); a
+// and the sequence number of the latest delivery (InflightOrder.last); a
 // round is marked once no delivery up to its sequence is still in flight to
 // a clean session. kgo commits marks in the background every
 // reverseCommitInterval. A crash therefore redelivers, never skips.
 type committer struct {
 	client *kgo.Client
-	order  *inflightOrder
+	order  *InflightOrder
 	log    *slog.Logger
 
 	mu      sync.Mutex
@@ -47,7 +47,7 @@ type commitRound struct {
 	marks map[string]map[int32]kgo.EpochOffset
 }
 
-func newCommitter(client *kgo.Client, order *inflightOrder, log *slog.Logger) *committer {
+func newCommitter(client *kgo.Client, order *InflightOrder, log *slog.Logger) *committer {
 	return &committer{client: client, order: order, log: log, pending: make(map[string]map[int32]kgo.EpochOffset)}
 }
 

@@ -1,4 +1,4 @@
-package bridge
+package reverse
 
 import (
 	"bytes"
@@ -14,7 +14,12 @@ import (
 	"github.com/ferry-bridge/ferry/session"
 )
 
-// inflightOrder keeps redelivery in the original order per subscriber.
+// InflightOrder keeps redelivery in the original order per subscriber. It
+// is a mochi hook the bridge adds whether or not the reverse path runs (it
+// orders every QoS 1/2 delivery, the forward path's local ones and the
+// session engine's replays too); the consumer reads from it what is still
+// in flight to clean sessions (the commit rule: committer) and delivers
+// through its gate.
 //
 // mochi resends a resumed session's in-flight messages sorted by
 // uint16(Created), the creation second (Inflight.GetAll, an unstable sort
@@ -35,7 +40,7 @@ import (
 // it for its own deliveries: it delivers inside enter/leave, and a resuming
 // client's topics wait until OnSessionEstablished (at most resumeGateMax).
 // Deliveries from MQTT publishers on this instance are not gated.
-type inflightOrder struct {
+type InflightOrder struct {
 	mqtt.HookBase
 	server *mqtt.Server
 
@@ -58,30 +63,40 @@ type clientSeqs struct {
 // topics (a connection that fails before its CONNACK never reports back).
 const resumeGateMax = 2 * time.Second
 
-func newInflightOrder(server *mqtt.Server) *inflightOrder {
-	return &inflightOrder{server: server, seqs: make(map[string]*clientSeqs), resuming: make(map[string]time.Time)}
+// NewInflightOrder builds the hook; add it to server after the session
+// engine's.
+func NewInflightOrder(server *mqtt.Server) *InflightOrder {
+	return &InflightOrder{server: server, seqs: make(map[string]*clientSeqs), resuming: make(map[string]time.Time)}
 }
 
-func (o *inflightOrder) ID() string { return "ferry-inflight-order" }
+func (o *InflightOrder) ID() string { return "ferry-inflight-order" }
 
-func (o *inflightOrder) Provides(b byte) bool {
+func (o *InflightOrder) Provides(b byte) bool {
 	return bytes.Contains([]byte{mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped,
 		mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnDisconnect}, []byte{b})
 }
 
 // OnQosPublish numbers a new delivery; a resend (DUP) keeps its number.
-func (o *inflightOrder) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, _ int) {
+func (o *InflightOrder) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, _ int) {
 	if cl.Net.Inline {
 		return
 	}
 	o.number(cl, pk.PacketID, pk.FixedHeader.Type != packets.Publish || pk.FixedHeader.Dup)
 }
 
+// PutInFlight numbers a delivery the session engine's replay put in cl's
+// in-flight store itself (session.Deliverer): mochi reports those to no
+// hook, and an unnumbered packet would be resent after the numbered ones in
+// random order.
+func (o *InflightOrder) PutInFlight(cl *mqtt.Client, pid uint16) { o.number(cl, pid, false) }
+
+// TakenOutOfFlight forgets a delivery that left cl's in-flight store
+// without an acknowledgement (session.Deliverer).
+func (o *InflightOrder) TakenOutOfFlight(cl *mqtt.Client, pid uint16) { o.complete(cl, pid) }
+
 // number gives delivery pid of cl the next sequence number; keep leaves a
-// numbered one (a resend, a PUBREL) as it is. The replay calls it for
-// what it puts in flight itself: mochi reports those to no hook, and an
-// unnumbered packet would be resent after the numbered ones in random order.
-func (o *inflightOrder) number(cl *mqtt.Client, pid uint16, keep bool) {
+// numbered one (a resend, a PUBREL) as it is.
+func (o *InflightOrder) number(cl *mqtt.Client, pid uint16, keep bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	c := o.client(cl.ID)
@@ -94,7 +109,7 @@ func (o *inflightOrder) number(cl *mqtt.Client, pid uint16, keep bool) {
 }
 
 // client returns id's sequences, created if needed; under mu.
-func (o *inflightOrder) client(id string) *clientSeqs {
+func (o *InflightOrder) client(id string) *clientSeqs {
 	c := o.seqs[id]
 	if c == nil {
 		c = &clientSeqs{m: make(map[uint16]uint64)}
@@ -105,15 +120,15 @@ func (o *inflightOrder) client(id string) *clientSeqs {
 
 // OnQosComplete ends a delivery the client acknowledged (PUBACK, PUBCOMP;
 // see session.ClientAck).
-func (o *inflightOrder) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
+func (o *InflightOrder) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
 	if session.ClientAck(&pk) {
 		o.complete(cl, pk.PacketID)
 	}
 }
 
-func (o *inflightOrder) OnQosDropped(cl *mqtt.Client, pk packets.Packet) { o.complete(cl, pk.PacketID) }
+func (o *InflightOrder) OnQosDropped(cl *mqtt.Client, pk packets.Packet) { o.complete(cl, pk.PacketID) }
 
-func (o *inflightOrder) complete(cl *mqtt.Client, pid uint16) {
+func (o *InflightOrder) complete(cl *mqtt.Client, pid uint16) {
 	if cl.IsTakenOver() {
 		return // the messages moved to the new connection, same id
 	}
@@ -127,7 +142,7 @@ func (o *inflightOrder) complete(cl *mqtt.Client, pid uint16) {
 	}
 }
 
-func (o *inflightOrder) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
+func (o *InflightOrder) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
 	if cl.IsTakenOver() {
 		return
 	}
@@ -142,7 +157,7 @@ func (o *inflightOrder) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
 }
 
 // last is the sequence of the latest delivery put in flight.
-func (o *inflightOrder) last() uint64 {
+func (o *InflightOrder) last() uint64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.next
@@ -151,7 +166,7 @@ func (o *inflightOrder) last() uint64 {
 // oldestVolatile is the lowest sequence still in flight to a client whose
 // session is not stored (clean session), or the maximum when there is none:
 // every delivery numbered below it is acknowledged or stored.
-func (o *inflightOrder) oldestVolatile() uint64 {
+func (o *InflightOrder) oldestVolatile() uint64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	oldest := ^uint64(0)
@@ -169,7 +184,7 @@ func (o *inflightOrder) oldestVolatile() uint64 {
 // OnSessionEstablish runs before mochi inherits an existing session: it
 // gates the reverse path for this client and renumbers the old session's
 // in-flight messages so that mochi resends them in delivery order.
-func (o *inflightOrder) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
+func (o *InflightOrder) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	if pk.Connect.Clean {
 		return
 	}
@@ -184,7 +199,7 @@ func (o *inflightOrder) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	o.renumber(existing, time.Now().Unix())
 }
 
-func (o *inflightOrder) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
+func (o *InflightOrder) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 	if o.nresuming.Load() == 0 {
 		return
 	}
@@ -194,7 +209,7 @@ func (o *inflightOrder) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) 
 }
 
 // unresume ends a client's gate; under gate.
-func (o *inflightOrder) unresume(id string) {
+func (o *InflightOrder) unresume(id string) {
 	if _, ok := o.resuming[id]; ok {
 		delete(o.resuming, id)
 		o.nresuming.Store(int32(len(o.resuming)))
@@ -204,7 +219,7 @@ func (o *inflightOrder) unresume(id string) {
 // renumber sets Created of cl's in-flight packets to consecutive values in
 // sequence order, below now, without crossing a multiple of 65536 (mochi
 // compares uint16(Created)).
-func (o *inflightOrder) renumber(cl *mqtt.Client, now int64) {
+func (o *InflightOrder) renumber(cl *mqtt.Client, now int64) {
 	pks := cl.State.Inflight.GetAll(false)
 	if len(pks) == 0 {
 		return
@@ -235,7 +250,7 @@ func (o *inflightOrder) renumber(cl *mqtt.Client, now int64) {
 
 // enter is called by the reverse path before it delivers to topic; it waits
 // while a subscriber of topic is resuming its session. leave must follow.
-func (o *inflightOrder) enter(ctx context.Context, topic string) {
+func (o *InflightOrder) enter(ctx context.Context, topic string) {
 	o.gate.Lock()
 	for o.nresuming.Load() > 0 && o.resumingSubscriber(topic) && ctx.Err() == nil {
 		o.gate.Unlock()
@@ -249,10 +264,10 @@ func (o *inflightOrder) enter(ctx context.Context, topic string) {
 	}
 }
 
-func (o *inflightOrder) leave() { o.gate.Unlock() }
+func (o *InflightOrder) leave() { o.gate.Unlock() }
 
 // resumingSubscriber: under gate; drops entries older than resumeGateMax.
-func (o *inflightOrder) resumingSubscriber(topic string) bool {
+func (o *InflightOrder) resumingSubscriber(topic string) bool {
 	now := time.Now()
 	for id, since := range o.resuming {
 		if now.Sub(since) > resumeGateMax {

@@ -1,4 +1,4 @@
-package bridge
+package reverse
 
 import (
 	"context"
@@ -24,15 +24,6 @@ const reverseSessionTimeout = 10 * time.Second
 
 // reverseFetchMaxWait bounds how long an empty fetch waits at the broker.
 const reverseFetchMaxWait = time.Second
-
-// reverseGroupID is the consumer group: reverse.group_id, else
-// "ferry-" + instance.id, stable across restarts of one instance.
-func reverseGroupID(cfg Config) string {
-	if cfg.Reverse.GroupID != "" {
-		return cfg.Reverse.GroupID
-	}
-	return "ferry-" + cfg.Instance.ID
-}
 
 // reverseTopicOpts turns reverse.topics (names and /regex/) into kgo
 // options. With any regex, every entry is consumed as an anchored regex
@@ -68,9 +59,11 @@ func anchoredTopic(t string) string {
 	return "^" + regexp.QuoteMeta(t) + "$"
 }
 
-// reverseTopicMatcher reports whether a Kafka topic is among reverse.topics
-// (entries compiled once; config validation has checked the regexes).
-func reverseTopicMatcher(topics []string) func(string) bool {
+// TopicMatcher reports whether a Kafka topic is among reverse.topics
+// (names exactly, /regex/ entries anchored at both ends: what the consumer
+// subscribes), for the session engine's replays. Entries are compiled once;
+// config validation (ValidTopic) has checked the regexes.
+func TopicMatcher(topics []string) func(string) bool {
 	var res []*regexp.Regexp
 	for _, t := range topics {
 		if re, err := regexp.Compile(anchoredTopic(t)); err == nil {
@@ -91,26 +84,27 @@ func isRegexTopic(t string) bool {
 	return len(t) >= 2 && strings.HasPrefix(t, "/") && strings.HasSuffix(t, "/")
 }
 
-// reverseKgoOpts builds the franz-go consumer options from the bridge
-// config: group, topics, start offset, metadata refresh, commit marking,
-// static membership, TLS and SASL.
+// kgoOpts builds the franz-go consumer options from the config: group,
+// topics, start offset, metadata refresh, commit marking, membership (TLS
+// and SASL come with Deps.KafkaOpts).
 //
 // Partitions without a commit start at the first record newer than startAt
 // (reverse.start_offset latest) or at their start (earliest). commitSafe is
 // called when partitions are revoked: it marks what is safe to commit.
-func reverseKgoOpts(cfg Config, brokers []string, log *slog.Logger, m *metrics, startAt time.Time, commitSafe func(), client func() *kgo.Client) ([]kgo.Opt, error) {
+func (r *Consumer) kgoOpts(log *slog.Logger, startAt time.Time, commitSafe func(), client func() *kgo.Client) []kgo.Opt {
+	cfg, m := r.cfg, r.metrics
 	start := kgo.NewOffset().AfterMilli(startAt.UnixMilli())
-	if cfg.Reverse.StartOffset == "earliest" {
+	if cfg.StartOffset == "earliest" {
 		start = kgo.NewOffset().AtStart()
 	}
-	refresh := cfg.Reverse.Refresh
+	refresh := cfg.Refresh
 	if refresh <= 0 {
-		refresh = DefaultConfig().Reverse.Refresh
+		refresh = DefaultRefresh
 	}
 	opts := []kgo.Opt{
-		kgo.SeedBrokers(brokers...),
-		kgo.ClientID("ferry-" + cfg.Instance.ID),
-		kgo.ConsumerGroup(reverseGroupID(cfg)),
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ClientID("ferry-" + cfg.InstanceID),
+		kgo.ConsumerGroup(cfg.Group()),
 		// Dynamic membership: a graceful stop leaves the group, so a restart
 		// resumes at once; after a crash the old member is evicted when its
 		// session times out. (Static membership, kgo.InstanceID, was tried:
@@ -143,21 +137,16 @@ func reverseKgoOpts(cfg Config, brokers []string, log *slog.Logger, m *metrics, 
 		}),
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, lost map[string][]int32) { forgetLag(m, lost) }),
 	}
-	if cfg.Reverse.StartOffset != "earliest" {
-		opts = append(opts, kgo.AdjustFetchOffsetsFn(startOffsets(reverseGroupID(cfg), startAt, client, log)))
+	if cfg.StartOffset != "earliest" {
+		opts = append(opts, kgo.AdjustFetchOffsetsFn(startOffsets(cfg.Group(), startAt, client, log)))
 	}
-	opts = append(opts, reverseTopicOpts(cfg.Reverse.Topics)...)
-	sec, err := kgoSecurityOpts(cfg.Kafka)
-	if err != nil {
-		return nil, err
-	}
-	return append(opts, sec...), nil
+	return append(opts, reverseTopicOpts(cfg.Topics)...)
 }
 
-func forgetLag(m *metrics, parts map[string][]int32) {
+func forgetLag(m Metrics, parts map[string][]int32) {
 	for topic, ps := range parts {
 		for _, p := range ps {
-			m.reverseLag.DeleteLabelValues(topic, strconv.Itoa(int(p)))
+			m.Lag.DeleteLabelValues(topic, strconv.Itoa(int(p)))
 		}
 	}
 }
