@@ -2,7 +2,7 @@ package reverse
 
 import "testing"
 
-// TestReverseTopicMatcher: the replay's test of "is this Kafka topic among
+// TestTopicMatcher: the replay's test of "is this Kafka topic among
 // reverse.topics" matches what the consumer subscribes: names exactly,
 // /regex/ entries anchored at both ends.
 func TestTopicMatcher(t *testing.T) {
