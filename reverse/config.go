@@ -121,9 +121,9 @@ type Sink interface {
 	// the retained table when d.WriteRetained (retried until written or ctx
 	// ends: then ErrStopped). Another error means d was not published: it
 	// is counted as skipped (publish_failed), logged, and committed like
-	// the others. The consumer calls it from one goroutine, in partition
-	// order, and for QoS>0 inside the redelivery order's gate (after
-	// pacing).
+	// the others. The consumer calls it from one goroutine, each
+	// partition's records by offset, and for QoS>0 inside the redelivery
+	// order's gate (after pacing).
 	Deliver(ctx context.Context, d Delivery) error
 	// Handled tells that every record of the partition before next is
 	// handled (delivered or skipped): the session engine's reverse

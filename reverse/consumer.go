@@ -161,7 +161,7 @@ func (r *Consumer) Run(ctx context.Context) error {
 	return r.commit()
 }
 
-// partition publishes one partition's fetched records in order, then hands
+// partition delivers one partition's fetched records by offset, then hands
 // the last one to the committer and updates the lag gauge.
 func (r *Consumer) partition(ctx context.Context) func(kgo.FetchTopicPartition) {
 	return func(p kgo.FetchTopicPartition) {

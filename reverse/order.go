@@ -2,6 +2,7 @@ package reverse
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"slices"
 	"sync"
@@ -235,7 +236,7 @@ func (o *InflightOrder) renumber(cl *mqtt.Client, now int64) {
 		}
 		return ^uint64(0) // unknown: after the known ones
 	}
-	slices.SortStableFunc(pks, func(a, b packets.Packet) int { return cmpUint(seq(a), seq(b)) })
+	slices.SortStableFunc(pks, func(a, b packets.Packet) int { return cmp.Compare(seq(a), seq(b)) })
 	o.mu.Unlock()
 	n := int64(len(pks))
 	base := now - n - 1
@@ -291,14 +292,4 @@ func (o *InflightOrder) resumingSubscriber(topic string) bool {
 		}
 	}
 	return false
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
