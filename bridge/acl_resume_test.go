@@ -83,8 +83,7 @@ func (r *aclResume) aliceOffline() {
 	waitFor(t, 10*time.Second, "alice's 2 deliveries", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 2 })
 	alice.Disconnect(100) // the 2 stay in flight: never acknowledged
 	waitFor(t, 10*time.Second, "alice's session offline", func() bool {
-		cl, ok := r.a.server.Clients.Get(r.id)
-		return ok && cl.Closed()
+		return sessionOffline(r.a, r.id)
 	})
 	for i := range 5 {
 		publishQoS1(t, r.pubA, r.secret, fmt.Sprintf("secret-queued-%d", i), i == 4)
@@ -339,8 +338,7 @@ func TestResumeAliasedInflightUnderOwnACL(t *testing.T) {
 		})
 		alice.close()
 		waitFor(t, 10*time.Second, "alice's session offline", func() bool {
-			cl, ok := r.a.server.Clients.Get(r.id)
-			return ok && cl.Closed()
+			return sessionOffline(r.a, r.id)
 		})
 		_, received := r.resume("bob", "b")
 		// The replay is over once the subscription is live, and everything it

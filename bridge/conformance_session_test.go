@@ -132,11 +132,10 @@ func TestConformanceSessionExpiry(t *testing.T) {
 	if ca := connect(none, 0); ca.SessionPresent {
 		t.Error("session with expiry 0 resumed: Session Present 1, want 0")
 	}
-	// mochi removes expired sessions once a second (server.go
-	// clearExpiredClients): wait until it has, then resume.
+	// The expired-session sweep (session/wills.go, once a second) deletes
+	// its record: wait until it has, then resume.
 	waitFor(t, 10*time.Second, "the 1s session to expire", func() bool {
-		_, ok := b.server.Clients.Get(short)
-		return !ok
+		return b.stateEngine.Lookup(short) == nil
 	})
 	if ca := connect(short, 0); ca.SessionPresent {
 		t.Error("session with expiry 1s resumed after it expired: Session Present 1, want 0")
@@ -204,8 +203,7 @@ func offlineQueue(t *testing.T, cfg Config) (wirePacket, []wirePacket) {
 	}
 	dropConn(w1)
 	waitFor(t, 10*time.Second, "the server to see the drop", func() bool {
-		cl, ok := b.server.Clients.Get(id)
-		return ok && cl.Closed()
+		return sessionOffline(b, id)
 	})
 	for _, p := range []string{"q1", "q2"} {
 		mustPublish(t, pub, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte(p)})

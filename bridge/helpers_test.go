@@ -217,3 +217,15 @@ func rawConn(t testing.TB, addr string) net.Conn {
 
 var _ = io.Discard
 var _ = fmt.Sprintf
+
+// sessionOffline reports whether b has seen the client of the persistent
+// session id go: no live connection of id here, and b's record of the
+// session says disconnected (an offline session is its record: the broker
+// keeps no client for it).
+func sessionOffline(b *Bridge, id string) bool {
+	if cl, ok := b.server.Clients.Get(id); ok && !cl.Closed() {
+		return false
+	}
+	rec := b.stateEngine.Lookup(id)
+	return rec != nil && !rec.Connected
+}

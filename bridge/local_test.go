@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	pahov3 "github.com/eclipse/paho.mqtt.golang"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/ferry-bridge/ferry/internal/kafkatest"
@@ -160,8 +161,7 @@ func TestV5MessageExpiryOfflineSubscriber(t *testing.T) {
 	}
 	sub.close()
 	waitFor(t, 10*time.Second, "the subscriber's connection to end", func() bool {
-		cl, ok := b.server.Clients.Get(id)
-		return ok && cl.Closed()
+		return sessionOffline(b, id)
 	})
 
 	pub := connectV5(t, b.MQTTAddr(), "expiry-pub")
@@ -180,7 +180,7 @@ func TestV5MessageExpiryOfflineSubscriber(t *testing.T) {
 	acked := time.Now()
 	// The offline session's queue is its position in Kafka: nothing is
 	// queued in memory, and the replay on resume leaves out what expired.
-	if cl, _ := b.server.Clients.Get(id); cl.State.Inflight.Len() != 0 {
+	if cl, ok := b.server.Clients.Get(id); ok && cl.State.Inflight.Len() != 0 {
 		t.Fatalf("%d messages queued in memory for the offline session, want 0", cl.State.Inflight.Len())
 	}
 	time.Sleep(time.Until(acked.Add(1100 * time.Millisecond))) // let the expiry pass
@@ -193,5 +193,53 @@ func TestV5MessageExpiryOfflineSubscriber(t *testing.T) {
 	if pk.FixedHeader.Type != packets.Publish || string(pk.Payload) != "after" {
 		t.Fatalf("after reconnecting %s after an expiry of 1 s: got type %d payload %q, want only the later message",
 			time.Since(published).Round(time.Millisecond), pk.FixedHeader.Type, pk.Payload)
+	}
+}
+
+// TestOfflineSessionIsItsRecord: once a persistent session's client has
+// gone and its record is written, its owner keeps no broker client and no
+// session object for it; a resume on the same instance is rebuilt from
+// the record: Session Present 1, its subscription, and the message queued
+// meanwhile.
+func TestOfflineSessionIsItsRecord(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	b := startBridge(t, testConfig(brokers))
+	id, topic := "rec-"+randHex(4), "rec/"+randHex(4)
+	sub := connectPaho(t, b.MQTTAddr(), id, func(o *pahov3.ClientOptions) { o.SetCleanSession(false) })
+	if tok := sub.Subscribe(topic, 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	owned := b.stateEngine.Owned()
+	sub.Disconnect(100)
+	waitFor(t, 10*time.Second, "the session offline", func() bool { return sessionOffline(b, id) })
+	if _, ok := b.server.Clients.Get(id); ok {
+		t.Fatal("the broker still holds a client for the offline session")
+	}
+	if n := b.stateEngine.Owned(); n != owned-1 {
+		t.Fatalf("the engine holds %d sessions after the client went, want %d", n, owned-1)
+	}
+	pub := connectPaho(t, b.MQTTAddr(), "pub-"+randHex(4))
+	if tok := pub.Publish(topic, 1, false, "queued"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish: %v", tok.Error())
+	}
+	got := make(chan string, 4)
+	again := pahov3.NewClient(pahov3.NewClientOptions().AddBroker("tcp://" + b.MQTTAddr()).SetClientID(id).
+		SetCleanSession(false).SetAutoReconnect(false).
+		SetDefaultPublishHandler(func(_ pahov3.Client, m pahov3.Message) { got <- string(m.Payload()) }))
+	tok := again.Connect()
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("reconnect: %v", tok.Error())
+	}
+	defer again.Disconnect(100)
+	if !tok.(*pahov3.ConnectToken).SessionPresent() {
+		t.Fatal("Session Present 0 on the instance that owned the session")
+	}
+	select {
+	case m := <-got:
+		if m != "queued" {
+			t.Fatalf("resume delivered %q, want the queued message", m)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the message queued while the session was offline never came")
 	}
 }

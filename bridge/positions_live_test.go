@@ -218,8 +218,7 @@ func TestDroppedDeliveryComesWithResume(t *testing.T) {
 	close(block.release)
 	sub.Disconnect(100)
 	waitFor(t, 10*time.Second, "the session offline", func() bool {
-		cl, ok := b.server.Clients.Get(id)
-		return ok && cl.Closed()
+		return sessionOffline(b, id)
 	})
 
 	sub2 := connectPaho(t, b.MQTTAddr(), id, persistent)

@@ -55,8 +55,7 @@ func TestReplayedInFlightResentInOrder(t *testing.T) {
 		}
 		dropConn(w1)
 		waitFor(t, 10*time.Second, "b to see the drop", func() bool {
-			cl, ok := b.server.Clients.Get(id)
-			return ok && cl.Closed()
+			return sessionOffline(b, id)
 		})
 
 		w2 := &wireConn{}

@@ -37,8 +37,7 @@ func TestStuckReplaysDoNotStopResumes(t *testing.T) {
 		}
 		c.close()
 		waitFor(t, 10*time.Second, id+" offline", func() bool {
-			cl, ok := b.server.Clients.Get(id)
-			return ok && cl.Closed()
+			return sessionOffline(b, id)
 		})
 	}
 	tag := randHex(4)

@@ -196,7 +196,6 @@ func subscribeThenGoOffline(t *testing.T, b *Bridge, subID, filter string, opts 
 	}
 	sub.Disconnect(100)
 	waitFor(t, 10*time.Second, "session offline", func() bool {
-		cl, ok := b.server.Clients.Get(subID)
-		return ok && cl.Closed()
+		return sessionOffline(b, subID)
 	})
 }

@@ -313,6 +313,15 @@ func (e *Engine) Close() {
 // (nil: none, or ended).
 func (e *Engine) Lookup(client string) *state.Session { return e.hook.lookup(client) }
 
+// Owned is how many sessions this instance holds an object for: those of
+// its connected clients (an offline one is its record). For tests and
+// benchmarks.
+func (e *Engine) Owned() int {
+	e.hook.mu.Lock()
+	defer e.hook.mu.Unlock()
+	return len(e.hook.owned)
+}
+
 // ReverseLimit is the offset a position of partition part of Kafka topic
 // topic may not pass (ReverseProgress): applies is false when the reverse
 // path does not consume the topic, known is false when it has handed out

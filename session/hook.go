@@ -137,6 +137,15 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 		// Before mochi moves its messages in flight here (to resend them).
 		h.dropCopies(existing, false)
 	}
+	// A write of the id's earlier connection here on its way (its
+	// disconnect record) is waited for: the lookup below then reads it.
+	h.mu.Lock()
+	earlier := h.owned[cl.ID]
+	h.mu.Unlock()
+	if earlier != nil {
+		earlier.wmu.Lock()
+		earlier.wmu.Unlock()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
 	defer cancel()
 	start := time.Now()
@@ -478,21 +487,50 @@ func (h *sessionHook) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
 		o.pos.wentOffline()
 	}
 	now := time.Now()
-	if err := h.update(o, func(r *state.Session) {
+	err := h.update(o, func(r *state.Session) {
 		r.Connected, r.Disconnected = false, now.UnixMilli()
 		r.Expiry = h.expiryOf(cl)
 		r.Will = willOf(cl)
-	}); err != nil {
+	})
+	if err != nil {
 		h.logs.Warn("disconnect:"+cl.ID, "session disconnect not written to Kafka (expiry counts from the last write)", "client", cl.ID, "err", err)
 	}
 	// Offline, the session's queue is its position: nothing more is queued
-	// for it in memory. Its subscriptions leave the broker's index (they
-	// stay in the client's state, for a resume here); its unacknowledged
-	// messages stay in flight, for mochi to resend if it resumes here.
+	// for it in memory. Its subscriptions leave the broker's index.
 	for f := range cl.State.Subscriptions.GetAll() {
 		if h.server.Topics.Unsubscribe(f, cl.ID) {
 			atomic.AddInt64(&h.server.Info.Subscriptions, -1)
 		}
+	}
+	if err == nil {
+		h.release(o, cl)
+	}
+	// Else its record is older than this broker's copy: the copy stays,
+	// for a resume here (mochi resends its messages in flight) and for
+	// its expiry (OnClientExpired).
+}
+
+// release forgets an offline session whose record (just written) holds
+// all of it: subscriptions, positions, the deliveries in flight (resent
+// from the record, with their packet ids, on a resume here or anywhere).
+// The broker keeps no client for it and this instance no ownedSession: an
+// offline session costs this instance what it costs every other, its
+// table row. Its expiry is the expired-session sweep's (wills.go), as for
+// a session of a dead instance. o.wmu is held.
+func (h *sessionHook) release(o *ownedSession, cl *mqtt.Client) {
+	h.mu.Lock()
+	if h.owned[cl.ID] != o {
+		h.mu.Unlock()
+		return // taken over meanwhile
+	}
+	delete(h.owned, cl.ID)
+	h.mu.Unlock()
+	if cl.IsTakenOver() {
+		return // a new connection here inherits the client
+	}
+	cl.ClearInflights()
+	if cur, ok := h.server.Clients.Get(cl.ID); ok && cur == cl {
+		h.server.Clients.Delete(cl.ID)
 	}
 }
 

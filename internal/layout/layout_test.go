@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -93,4 +95,46 @@ func TestPackageDocs(t *testing.T) {
 			t.Errorf("%s: no \"// Package %s ...\" comment (got %q)", rel(p.ImportPath), p.Name, p.Doc)
 		}
 	}
+}
+
+// TestPackageSizes: no package grows back into the one that holds
+// everything. Counted as the layout's targets are: non-test Go lines,
+// cmd/, bench/ and internal/ left out of the total; no package above 30%
+// of it, bridge/ (the wiring) at most 4,000 lines.
+func TestPackageSizes(t *testing.T) {
+	cmd := exec.Command("go", "list", "-f", "{{.ImportPath}} {{.Dir}} {{join .GoFiles \",\"}}", module+"/...")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	lines := map[string]int{}
+	total := 0
+	for _, row := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(row)
+		if len(f) < 3 {
+			continue
+		}
+		name := rel(f[0])
+		if strings.HasPrefix(name, "cmd/") || strings.HasPrefix(name, "bench/") || strings.HasPrefix(name, "internal/") {
+			continue
+		}
+		for _, file := range strings.Split(f[2], ",") {
+			b, err := os.ReadFile(filepath.Join(f[1], file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := bytes.Count(b, []byte("\n"))
+			lines[name] += n
+			total += n
+		}
+	}
+	for name, n := range lines {
+		if share := float64(n) / float64(total); share > 0.30 {
+			t.Errorf("%s holds %d of %d non-test lines (%.0f%%): more than 30%% of the project", name, n, total, 100*share)
+		}
+	}
+	if n := lines["bridge"]; n > 4000 {
+		t.Errorf("bridge/ has %d non-test lines, more than 4,000: what is not wiring belongs in a package of its own", n)
+	}
+	t.Logf("non-test lines: %d in all; bridge %d, session %d, producer %d, reverse %d", total, lines["bridge"], lines["session"], lines["producer"], lines["reverse"])
 }
