@@ -121,7 +121,7 @@ func TestReverseRestartAtLeastOnce(t *testing.T) {
 	hold2 := make(chan struct{})
 	cfg2.reverseHold = hold2
 	b2 := startBridge(t, cfg2)
-	subscribePaho(t, addr, subID, m, false, col)
+	sub2 := subscribePaho(t, addr, subID, m, false, col)
 	close(hold2)
 	distinct := func() int {
 		seen := map[string]struct{}{}
@@ -133,9 +133,20 @@ func TestReverseRestartAtLeastOnce(t *testing.T) {
 	deadline := time.Now().Add(120 * time.Second)
 	for col.len() < n || distinct() != n {
 		if time.Now().After(deadline) {
-			t.Fatalf("after the restart: received %d, distinct %d of %d (%d before the restart); second instance consumed %v published %v",
+			// What the second instance did with the session, for a failure
+			// that does not say it itself.
+			inflight, subs := -1, -1
+			if cl, ok := b2.server.Clients.Get(subID); ok {
+				inflight, subs = cl.State.Inflight.Len(), cl.State.Subscriptions.Len()
+			}
+			t.Fatalf("after the restart: received %d, distinct %d of %d (%d before the restart); second instance consumed %v published %v; "+
+				"subscriber connected %v (on b2: %d in flight, %d subscriptions); b2 sessions resumed %v, taken over %v, replayed new %v / duplicate %v, subscriber drops %v",
 				col.len(), distinct(), n, before, metricValue(t, b2, "ferry_reverse_records_consumed_total", nil),
-				metricValue(t, b2, "ferry_reverse_published_total", nil))
+				metricValue(t, b2, "ferry_reverse_published_total", nil), sub2.IsConnected(), inflight, subs,
+				metricValue(t, b2, "ferry_sessions_resumed_total", nil), metricValue(t, b2, "ferry_sessions_taken_over_total", nil),
+				metricValue(t, b2, "ferry_sessions_replayed_total", map[string]string{"kind": "new"}),
+				metricValue(t, b2, "ferry_sessions_replayed_total", map[string]string{"kind": "duplicate"}),
+				metricValue(t, b2, "ferry_mqtt_subscriber_drops_total", nil))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
