@@ -34,7 +34,7 @@ summary() {
 	[[ -z "${beside_pid:-}" ]] || kill "$beside_pid" 2>/dev/null || true
 	[[ -z "${build_pid:-}" ]] || kill "$build_pid" 2>/dev/null || true
 	[[ -z "${bin_dir:-}" ]] || rm -rf "$bin_dir"
-	for p in "${shard_pids[@]:-}"; do [[ -z "$p" ]] || kill "$p" 2>/dev/null || true; done
+	for p in "${shard_pids[@]:-}" "${probe_pid:-}"; do [[ -z "$p" ]] || kill "$p" 2>/dev/null || true; done
 	if ((KAFKA_STARTED)); then
 		scripts/kafka.sh down || true
 	fi
@@ -192,13 +192,21 @@ phase_start "go-test"
 #   - the light packages (no Kafka of their own, little CPU: their tests
 #     together take under a minute) run beside the others;
 #   - the bridge package (most of the run; its tests mostly wait on Kafka,
-#     on processes they start and on timers) runs as two processes at once,
-#     its tests dealt to them in turn (go test -list order);
-#   - then the other heavy packages, alone: cmd/probe's README runs load the
-#     machine (and start bridges on the README's ports), probe and ringbuffer
-#     measure latencies.
+#     on processes they start and on timers) runs as two processes at once:
+#     its heaviest tests (bridge_heavy, heaviest first) dealt to them in
+#     turn first, back and forth, then the rest (go test -list order);
+#   - cmd/probe starts as soon as the first of them ends (its README runs
+#     load the machine as a shard does);
+#   - then probe and ringbuffer, alone: they measure latencies.
 # (A new package is light until it is named in heavy.)
 heavy=(./bridge/ ./cmd/probe/ ./probe/ ./ringbuffer/)
+# The bridge tests that take longest here (cold fresh-clone run, -v), heaviest first.
+bridge_heavy=(TestIdleConnectionMemory TestScaleOutHAProxy TestThreeBrokersKillOne TestKafkaKilledMidStream
+	TestSoak TestResumeWithEverySubscriptionDenied TestKafkaUnreachableAtStart TestResumeUnderOwnACL
+	TestReverseRestartAtLeastOnce TestHorizonAfterRestart TestResumeWithoutSessionExpiry TestQoS1ManyClientsInOrder
+	TestExpiredSessionOfClosedInstanceDeleted TestBridgeKill9LosesNothingAcked TestWillOfKilledInstance
+	TestInstanceRestartAfterKill9NotDuplicate TestDuplicateInstanceID TestSlowSubscriberReverse
+	TestWillOfKilledInstanceKill9 TestBadInputGarbage TestConnectionStorm)
 beside_pid=
 go_test_failed=0
 if ((${#test_args[@]} > 0)) && [[ "${test_args[-1]}" == ./... && ${#pkgs[@]} == 1 ]]; then
@@ -207,10 +215,18 @@ if ((${#test_args[@]} > 0)) && [[ "${test_args[-1]}" == ./... && ${#pkgs[@]} == 
 	beside_log=$(mktemp)
 	go test -race -count=1 -p 1 -timeout 40m "${extra[@]}" "${light[@]}" >"$beside_log" 2>&1 &
 	beside_pid=$!
-	mapfile -t names < <(go test -race -list '.' ./bridge/ | grep -E '^(Test|Fuzz|Example)')
+	mapfile -t listed < <(go test -race -list '.' ./bridge/ | grep -E '^(Test|Fuzz|Example)')
+	names=()
+	for h in "${bridge_heavy[@]}"; do
+		printf '%s\n' "${listed[@]}" | grep -qx -- "$h" && names+=("$h")
+	done
+	mapfile -t rest < <(printf '%s\n' "${listed[@]}" | grep -v -x -F -f <(printf '%s\n' "${names[@]}"))
+	names+=("${rest[@]}")
 	shards=("" "")
 	for i in "${!names[@]}"; do
-		shards[i % 2]+="${shards[i % 2]:+|}${names[i]}"
+		k=$((i % 2))
+		((i / 2 % 2 == 0)) || k=$((1 - k)) # 0 1 1 0 0 1 ...: the heaviest do not all go to one
+		shards[k]+="${shards[k]:+|}${names[i]}"
 	done
 	shard_logs=()
 	shard_pids=()
@@ -219,13 +235,26 @@ if ((${#test_args[@]} > 0)) && [[ "${test_args[-1]}" == ./... && ${#pkgs[@]} == 
 		go test -race -count=1 -timeout 40m "${extra[@]}" -run "^(${shards[k]})\$" ./bridge/ >"${shard_logs[k]}" 2>&1 &
 		shard_pids[k]=$!
 	done
+	first_rc=0
+	wait -n -p first_done "${shard_pids[@]}" || first_rc=$?
+	probe_log=$(mktemp)
+	go test -race -count=1 -timeout 40m "${extra[@]}" ./cmd/probe/ >"$probe_log" 2>&1 &
+	probe_pid=$!
 	for k in 0 1; do
-		wait "${shard_pids[k]}" || go_test_failed=1
+		if [[ "${shard_pids[k]}" == "$first_done" ]]; then
+			((first_rc == 0)) || go_test_failed=1
+		else
+			wait "${shard_pids[k]}" || go_test_failed=1
+		fi
 		say "bridge, shard $((k + 1)) of 2:"
 		cat "${shard_logs[k]}"
 		rm -f "${shard_logs[k]}"
 	done
-	test_args=("${extra[@]}" "${heavy[@]:1}")
+	wait "$probe_pid" || go_test_failed=1
+	say "cmd/probe (from the end of the first bridge shard):"
+	cat "$probe_log"
+	rm -f "$probe_log"
+	test_args=("${extra[@]}" "${heavy[@]:2}")
 fi
 go test -race -count=1 -p 1 -timeout 40m "${test_args[@]}" || go_test_failed=1
 if [[ -n "$beside_pid" ]]; then
