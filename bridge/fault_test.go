@@ -196,6 +196,11 @@ func freeAddr(t testing.TB) string {
 	return ""
 }
 
+// childReady bounds the start of a bridge process (childBridge,
+// startFerry) until it is ready: a cold start under -race at the start of a
+// full run, beside spare Kafka JVMs starting, once took more than 30 s.
+const childReady = 90 * time.Second
+
 // childBridge runs this test binary as a bridge process.
 type childBridge struct {
 	t    *testing.T
@@ -239,8 +244,8 @@ func (c *childBridge) start() {
 	}()
 	select {
 	case <-ready:
-	case <-time.After(30 * time.Second):
-		c.t.Fatal("child bridge not ready in 30s")
+	case <-time.After(childReady):
+		c.t.Fatalf("child bridge not ready in %s", childReady)
 	}
 }
 
