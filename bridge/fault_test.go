@@ -221,7 +221,11 @@ func (c *childBridge) start() {
 			env = append(env, kv)
 		}
 	}
-	cmd.Env = append(append(env, stateEnv(c.t)...), c.env...)
+	// A free HTTP port unless c.env names one: an empty FERRY_HTTP_LISTEN
+	// is the default 127.0.0.1:8080, which cmd/probe's README runs (beside
+	// the bridge shards) and other processes use.
+	env = append(append(env, stateEnv(c.t)...), "FERRY_HTTP_LISTEN="+freeAddr(c.t))
+	cmd.Env = append(env, c.env...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -270,7 +274,7 @@ func TestBridgeKill9LosesNothingAcked(t *testing.T) {
 	}
 	mqttAddr := freeAddr(t)
 	child := &childBridge{t: t, env: []string{childEnv + "=1",
-		"FERRY_KAFKA_BROKERS=" + brokers, "FERRY_MQTT_LISTEN=" + mqttAddr, "FERRY_HTTP_LISTEN=",
+		"FERRY_KAFKA_BROKERS=" + brokers, "FERRY_MQTT_LISTEN=" + mqttAddr,
 		"FERRY_INSTANCE_ID=kill9-" + randHex(3), "FERRY_KAFKA_ACK_TIMEOUT=5s"}}
 	child.start()
 	defer child.stop()

@@ -104,7 +104,7 @@ func TestInstanceRestartAfterKill9NotDuplicate(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	id := "kill9id-" + randHex(3)
 	child := &childBridge{t: t, env: []string{childEnv + "=1",
-		"FERRY_KAFKA_BROKERS=" + brokers, "FERRY_MQTT_LISTEN=" + freeAddr(t), "FERRY_HTTP_LISTEN=",
+		"FERRY_KAFKA_BROKERS=" + brokers, "FERRY_MQTT_LISTEN=" + freeAddr(t),
 		"FERRY_INSTANCE_ID=" + id}}
 	child.start()
 	// Kill it once two of its heartbeats are in the topic.
