@@ -369,6 +369,32 @@ func TestCleanStartEndsSessionEverywhere(t *testing.T) {
 	})
 }
 
+// holdDisconnectWrite makes a persistent session for id on a (one
+// subscription) and disconnects it; its disconnect record has passed the
+// ownership check and is held, not yet written, until release is closed.
+func holdDisconnectWrite(t *testing.T, a *Bridge, id string) (release chan struct{}) {
+	t.Helper()
+	held := make(chan struct{})
+	release = make(chan struct{})
+	var once sync.Once
+	a.stateEngine.SetBeforeWrite(func(r *state.Session) {
+		if r.Client == id && !r.Connected {
+			once.Do(func() { close(held); <-release })
+		}
+	})
+	c := connectPaho(t, a.MQTTAddr(), id, func(o *pahov3.ClientOptions) { o.SetCleanSession(false) })
+	if tok := c.Subscribe("x/"+id, 1, nil); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	c.Disconnect(100)
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the disconnect record was never written")
+	}
+	return release
+}
+
 // TestLateWriteOfFormerOwnerDoesNotReviveEndedSession: the owner's
 // disconnect record passes its ownership check, then a clean connect of the
 // id on another instance claims and ends the session, and only then does
@@ -381,23 +407,7 @@ func TestLateWriteOfFormerOwnerDoesNotReviveEndedSession(t *testing.T) {
 	stateModes(t, func(t *testing.T, ca, cb Config) {
 		a, b := startBridge(t, ca), startBridge(t, cb)
 		id := "late-" + randHex(4)
-		held, release := make(chan struct{}), make(chan struct{})
-		var once sync.Once
-		a.stateEngine.SetBeforeWrite(func(r *state.Session) {
-			if r.Client == id && !r.Connected {
-				once.Do(func() { close(held); <-release })
-			}
-		})
-		c := connectPaho(t, a.MQTTAddr(), id, func(o *pahov3.ClientOptions) { o.SetCleanSession(false) })
-		if tok := c.Subscribe("x/"+id, 1, nil); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
-			t.Fatalf("subscribe: %v", tok.Error())
-		}
-		c.Disconnect(100)
-		select {
-		case <-held:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the owner's disconnect record was never written")
-		}
+		release := holdDisconnectWrite(t, a, id)
 		clean := connectPaho(t, b.MQTTAddr(), id)
 		clean.Disconnect(100)
 		waitFor(t, 20*time.Second, "the clean session's end in the table", func() bool {
@@ -455,23 +465,7 @@ func TestLateWriteOfEarlierConnectionHereDoesNotReviveEndedSession(t *testing.T)
 	stateModes(t, func(t *testing.T, ca, _ Config) {
 		a := startBridge(t, ca)
 		id := "here-" + randHex(4)
-		held, release := make(chan struct{}), make(chan struct{})
-		var once sync.Once
-		a.stateEngine.SetBeforeWrite(func(r *state.Session) {
-			if r.Client == id && !r.Connected && !r.Clean {
-				once.Do(func() { close(held); <-release })
-			}
-		})
-		c := connectPaho(t, a.MQTTAddr(), id, func(o *pahov3.ClientOptions) { o.SetCleanSession(false) })
-		if tok := c.Subscribe("x/"+id, 1, nil); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
-			t.Fatalf("subscribe: %v", tok.Error())
-		}
-		c.Disconnect(100)
-		select {
-		case <-held:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the disconnect record was never written")
-		}
+		release := holdDisconnectWrite(t, a, id)
 		connected := make(chan pahov3.Client, 1)
 		go func() { connected <- connectPaho(t, a.MQTTAddr(), id) }()
 		var clean pahov3.Client
