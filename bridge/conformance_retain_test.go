@@ -105,8 +105,13 @@ func TestConformanceRetainHandling(t *testing.T) {
 
 	// retained counts the retained messages a SUBSCRIBE brings: a live
 	// marker published after the SUBACK arrives after them.
-	retained := func(in *inbox, c *paho.Client, rh byte, before int) int {
+	retained := func(in *inbox, c *paho.Client, id string, rh byte, before int) int {
 		t.Helper()
+		// mochi keeps one packet-id space per client for both directions: a
+		// SUBSCRIBE under an id its last delivery still holds (PUBACK not
+		// read yet) gets SUBACK 0x91. The client subscribes again only once
+		// the broker has its acknowledgements.
+		waitAcked(t, b, id)
 		mustSubscribe(t, c, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: topic, QoS: 1, RetainHandling: rh}}})
 		mustPublish(t, pub, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte("marker")})
 		deadline := time.Now().Add(10 * time.Second)
@@ -128,12 +133,13 @@ func TestConformanceRetainHandling(t *testing.T) {
 		first, more int // retained messages on the first and on a repeated SUBSCRIBE
 	}{{0, 1, 1}, {1, 1, 0}, {2, 0, 0}} {
 		in := newInbox()
-		c := v5Sub(t, b.MQTTAddr(), "rh-"+randHex(3), in)
-		if got := retained(in, c, tt.rh, 0); got != tt.first {
+		id := "rh-" + randHex(3)
+		c := v5Sub(t, b.MQTTAddr(), id, in)
+		if got := retained(in, c, id, tt.rh, 0); got != tt.first {
 			t.Errorf("retain handling %d, new subscription: %d retained messages, want %d", tt.rh, got, tt.first)
 		}
 		n := len(in.all())
-		if got := retained(in, c, tt.rh, n); got != tt.more {
+		if got := retained(in, c, id, tt.rh, n); got != tt.more {
 			t.Errorf("retain handling %d, existing subscription: %d retained messages, want %d", tt.rh, got, tt.more)
 		}
 	}
