@@ -224,7 +224,21 @@ func (l *lockedBuffer) String() string {
 // (so that ephemeral ports never run out). It returns how long it took.
 func connectLights(t testing.TB, addr, prefix string, conns []*lightClient, from, to int) time.Duration {
 	t.Helper()
-	const workers = 64
+	return dialEach(t, 64, from, to, "clients failed to connect", func(d *net.Dialer, i int) error {
+		c, err := dialLight(d, addr, fmt.Sprintf("%s-%d", prefix, i), 4, 300)
+		if err == nil {
+			conns[i] = c
+		}
+		return err
+	})
+}
+
+// dialEach runs do for every index in [from, to) on workers goroutines, each
+// with its own dialer on one of four loopback source addresses (so that
+// thousands of connections do not run out of ephemeral ports), and returns
+// the time it took; any failure fails tb ("N of M <what> (first: ...)").
+func dialEach(tb testing.TB, workers, from, to int, what string, do func(d *net.Dialer, i int) error) time.Duration {
+	tb.Helper()
 	var next atomic.Int64
 	next.Store(int64(from))
 	var errs atomic.Int64
@@ -241,20 +255,17 @@ func connectLights(t testing.TB, addr, prefix string, conns []*lightClient, from
 				if i >= to {
 					return
 				}
-				c, err := dialLight(d, addr, fmt.Sprintf("%s-%d", prefix, i), 4, 300)
-				if err != nil {
+				if err := do(d, i); err != nil {
 					errs.Add(1)
 					first.CompareAndSwap(nil, err)
-					continue
 				}
-				conns[i] = c
 			}
 		}()
 	}
 	wg.Wait()
 	took := time.Since(start)
 	if n := errs.Load(); n > 0 {
-		t.Fatalf("%d of %d clients failed to connect (first: %v)", n, to-from, first.Load())
+		tb.Fatalf("%d of %d %s (first: %v)", n, to-from, what, first.Load())
 	}
 	return took
 }

@@ -6,8 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,32 +43,9 @@ func BenchmarkOfflineSessionMemory(b *testing.B) {
 	base := map[*ferryProcess]memSnap{owner: owner.memSnapshot(b), other: other.memSnapshot(b)}
 	b.ResetTimer()
 	for range b.N {
-		start := time.Now()
-		var next, failed atomic.Int64
-		var first atomic.Value
-		var wg sync.WaitGroup
-		for w := range 32 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				d := &net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+w%4))}}
-				for {
-					i := int(next.Add(1) - 1)
-					if i >= n {
-						return
-					}
-					if err := offlineSession(d, owner.MQTTAddr, fmt.Sprintf("mem%s-%d", run, i)); err != nil {
-						failed.Add(1)
-						first.CompareAndSwap(nil, err)
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		if f := failed.Load(); f > 0 {
-			b.Fatalf("%d of %d sessions failed; first: %v", f, n, first.Load())
-		}
-		made := time.Since(start)
+		made := dialEach(b, 32, 0, n, "sessions failed", func(d *net.Dialer, i int) error {
+			return offlineSession(d, owner.MQTTAddr, fmt.Sprintf("mem%s-%d", run, i))
+		})
 		for _, p := range []*ferryProcess{owner, other} {
 			waitFor(b, 5*time.Minute, p.name+" counts every session offline", func() bool { return offline(p) == float64(n) })
 		}
