@@ -94,6 +94,13 @@ type ownedSession struct {
 	live liveHold // live deliveries wait while the replay's last pass runs
 }
 
+// awaitWrite returns once a write of o in progress (its writes hold wmu
+// from their ownership check to Kafka's answer) has finished.
+func (o *ownedSession) awaitWrite() {
+	o.wmu.Lock()
+	o.wmu.Unlock()
+}
+
 func (o *ownedSession) takeResumed() []state.Subscription {
 	o.smu.Lock()
 	defer o.smu.Unlock()
@@ -143,8 +150,7 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	earlier := h.owned[cl.ID]
 	h.mu.Unlock()
 	if earlier != nil {
-		earlier.wmu.Lock()
-		earlier.wmu.Unlock()
+		earlier.awaitWrite()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
 	defer cancel()
@@ -227,8 +233,7 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 		// the line above and be on its way: wait for it, so that it lands
 		// before this claim and not after this session's end. Its later
 		// writes see the claim and do nothing.
-		before.wmu.Lock()
-		before.wmu.Unlock()
+		before.awaitWrite()
 	}
 	if !keep {
 		// A clean session's claim only fences a second connection of the
