@@ -5,7 +5,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -27,13 +26,7 @@ import (
 //	go test -run '^$' -bench BenchmarkOfflineSessionMemory -benchtime 1x ./bridge/
 func BenchmarkOfflineSessionMemory(b *testing.B) {
 	brokers := kafkatest.Brokers(b)
-	n := 20000
-	if v := os.Getenv("FERRY_BENCH_SESSIONS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 100 {
-			b.Fatalf("FERRY_BENCH_SESSIONS=%q: want a number >= 100", v)
-		}
-	}
+	n := benchSessions(b, 20000)
 	env := []string{"FERRY_KAFKA_BROKERS=" + brokers, "FERRY_HTTP_PPROF=true"}
 	run := randHex(3)
 	owner := startFerry(b, "ferry-owner", "", append(env, "FERRY_INSTANCE_ID=memo-"+run)...)

@@ -63,6 +63,11 @@ type Table struct {
 	progress chan struct{}   // closed and replaced whenever pos moves
 	watch    func(Change)
 
+	// Syncs share listings of the end offsets (sharedEndOffsets).
+	lmu     sync.Mutex
+	lnext   *listing // the listing the next Sync joins; nil: none asked
+	listing bool     // listLoop runs
+
 	stop     chan struct{}
 	stopOnce sync.Once
 	done     chan struct{}
@@ -310,8 +315,11 @@ func (t *Table) apply(r *kgo.Record) bool {
 }
 
 // Sync returns once every record appended before the call has been read.
+// Concurrent Syncs share one listing of the end offsets: each joins the
+// next listing to start after it was called (a storm of CONNECTs asks
+// Kafka once per round trip, not once per client).
 func (t *Table) Sync(ctx context.Context) error {
-	ends, err := t.endOffsets(ctx)
+	ends, err := t.sharedEndOffsets(ctx)
 	if err != nil {
 		return err
 	}
@@ -335,6 +343,61 @@ func (t *Table) Sync(ctx context.Context) error {
 		case <-t.stop:
 			return ErrClosed
 		}
+	}
+}
+
+// listing is one listing of the end offsets that Syncs wait for.
+type listing struct {
+	done chan struct{} // closed once ends and err are set
+	ends kadm.ListedOffsets
+	err  error
+}
+
+// sharedEndOffsets returns the end offsets of a listing that started after
+// the call: it joins the one waiting to start (listLoop starts it once the
+// listing before it has ended), so every caller that arrived meanwhile
+// shares it, and each still reads at least up to where the topic ended
+// when it asked.
+func (t *Table) sharedEndOffsets(ctx context.Context) (kadm.ListedOffsets, error) {
+	t.lmu.Lock()
+	if t.lnext == nil {
+		t.lnext = &listing{done: make(chan struct{})}
+	}
+	l := t.lnext
+	if !t.listing {
+		t.listing = true
+		go t.listLoop()
+	}
+	t.lmu.Unlock()
+	select {
+	case <-l.done:
+		return l.ends, l.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("state %s: sync: %w", t.cfg.Topic, ctx.Err())
+	case <-t.stop:
+		return nil, ErrClosed
+	}
+}
+
+// listLoop runs the listings Syncs asked for, one after the other, until
+// none is asked.
+func (t *Table) listLoop() {
+	for {
+		t.lmu.Lock()
+		l := t.lnext
+		t.lnext = nil
+		if l == nil {
+			t.listing = false
+			t.lmu.Unlock()
+			return
+		}
+		t.lmu.Unlock()
+		// Its waiters give up on their own contexts; this one bounds a
+		// listing nobody waits for any more.
+		ctx, cancel := context.WithTimeout(context.Background(), t.cfg.WriteTimeout)
+		l.ends, l.err = t.endOffsets(ctx)
+		cancel()
+		close(l.done)
 	}
 }
 

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 func newCluster(t *testing.T) []string {
@@ -207,6 +209,117 @@ func TestTableCountsByTag(t *testing.T) {
 	for name, tb := range map[string]*Table{"writer": w, "reader": r} {
 		if on, off := tb.Count(1), tb.Count(2); on != 5 || off != 3 {
 			t.Errorf("%s: Count(on) %d, Count(off) %d, want 5 and 3", name, on, off)
+		}
+	}
+}
+
+// TestSyncsShareListings: 200 Syncs at once (a storm of CONNECTs) ask Kafka
+// for the end offsets a few times, not 200, and each still reads what was
+// written before it: a key written just before its Sync, by another table,
+// is there once the Sync returns.
+func TestSyncsShareListings(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	brokers := c.ListenAddrs()
+	w, r := openTable(t, brokers, nil), openTable(t, brokers, nil)
+	var listings atomic.Int64
+	c.ControlKey(kmsg.ListOffsets.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		listings.Add(1)
+		time.Sleep(2 * time.Millisecond) // a round trip, for the others to arrive meanwhile
+		return nil, nil, false
+	})
+	// The reader lags: a Sync that took end offsets listed before its key
+	// was written would return before the key is read.
+	c.ControlKey(kmsg.Fetch.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		time.Sleep(3 * time.Millisecond)
+		return nil, nil, false
+	})
+	ctx := context.Background()
+	const n = 200
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key, want := fmt.Sprintf("storm-%d", i), fmt.Sprintf("v%d", i)
+			if err := w.Put(ctx, key, []byte(want)); err != nil {
+				errs <- err
+				return
+			}
+			if err := r.Sync(ctx); err != nil {
+				errs <- err
+				return
+			}
+			if got, ok := r.Get(key); !ok || string(got) != want {
+				errs <- fmt.Errorf("%s after Sync: %q (present %v), want %q", key, got, ok, want)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if got := listings.Load(); got > n/4 {
+		t.Errorf("%d Syncs at once listed the end offsets %d times: each asked on its own", n, got)
+	} else {
+		t.Logf("%d Syncs at once: %d listings", n, got)
+	}
+}
+
+// TestSyncJoinsOnlyALaterListing: a Sync called while a listing is on its
+// way waits for the next one, which starts after the call: the running
+// one may have been answered before the caller's own write landed.
+func TestSyncJoinsOnlyALaterListing(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	tb := openTable(t, c.ListenAddrs(), nil)
+	hold := make(chan struct{})
+	var listings atomic.Int64
+	c.ControlKey(kmsg.ListOffsets.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if listings.Add(1) == 1 {
+			<-hold
+		}
+		return nil, nil, false
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() { first <- tb.Sync(ctx) }()
+	waitUntil(t, "the first listing on its way", func() bool { return listings.Load() == 1 })
+	second := make(chan error, 1)
+	go func() { second <- tb.Sync(ctx) }()
+	waitUntil(t, "the second Sync waiting", func() bool {
+		tb.lmu.Lock()
+		defer tb.lmu.Unlock()
+		return tb.lnext != nil
+	})
+	close(hold)
+	for _, ch := range []chan error{first, second} {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := listings.Load(); got != 2 {
+		t.Fatalf("%d listings: the Sync called during the first listing took its answer", got)
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10 s", what)
 		}
 	}
 }

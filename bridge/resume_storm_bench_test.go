@@ -1,0 +1,288 @@
+package bridge
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/ferry-bridge/ferry/internal/kafkatest"
+)
+
+// stormGroup is how many sessions share a filter, and how many QoS 1
+// messages each group gets while its sessions' instance is dead.
+const stormGroup = 20
+
+// BenchmarkResumeStorm (issue 31): a reconnect storm after an instance
+// died. Three cmd/bridge processes (default configuration, built without
+// -race) share one Kafka. N MQTT 3.1.1 clients (FERRY_BENCH_SESSIONS,
+// default 1,000) connect to the first with clean session 0 and subscribe,
+// in groups of 20, to their group's filter at QoS 1; the first instance is
+// killed with SIGKILL 0.2 s after the last SUBACK. A publisher on the
+// second instance then sends 20 QoS 1 messages to each group's topic (all
+// acknowledged), and every client reconnects at once (clean session 0),
+// half to the second instance and half to the third, acknowledging what
+// it gets. Reported from each client's CONNECT: the CONNACK, the first
+// message and the last of its 20, p50 and p99 (the targets at 10,000
+// sessions: first p99 <= 3 s, all p99 <= 5 s). It fails when a session is
+// not present, a message is lost, or one comes out of order.
+//
+//	FERRY_BENCH_SESSIONS=10000 go test -run '^$' -bench BenchmarkResumeStorm -benchtime 1x -timeout 20m ./bridge/
+func BenchmarkResumeStorm(b *testing.B) {
+	brokers := kafkatest.Brokers(b)
+	n := benchSessions(b, 1000)
+	if lim := raiseNoFile(b, uint64(n+4096)); lim < uint64(n+1024) {
+		b.Fatalf("RLIMIT_NOFILE is %d: %d sessions need %d", lim, n, n+1024)
+	}
+	for range b.N {
+		resumeStorm(b, brokers, n)
+	}
+}
+
+// benchSessions is FERRY_BENCH_SESSIONS, or def.
+func benchSessions(b *testing.B, def int) int {
+	v := os.Getenv("FERRY_BENCH_SESSIONS")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 100 {
+		b.Fatalf("FERRY_BENCH_SESSIONS=%q: want a number >= 100", v)
+	}
+	return n
+}
+
+func resumeStorm(b *testing.B, brokers string, n int) {
+	b.StopTimer()
+	run := randHex(3)
+	env := []string{"FERRY_KAFKA_BROKERS=" + brokers}
+	var inst [3]*ferryProcess
+	for i := range inst {
+		inst[i] = startFerry(b, fmt.Sprintf("ferry-storm%d", i), "", append(env, fmt.Sprintf("FERRY_INSTANCE_ID=storm%d-%s", i, run))...)
+	}
+	groups := (n + stormGroup - 1) / stormGroup
+	id := func(i int) string { return fmt.Sprintf("rs%s-%d", run, i) }
+	topic := func(g int) string { return fmt.Sprintf("rs%s/g%d/m", run, g) }
+
+	// The sessions, connected to the first instance when it dies.
+	conns := make([]*lightClient, n)
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				c.close()
+			}
+		}
+	}()
+	dialEach(b, 64, 0, n, "sessions failed", func(d *net.Dialer, i int) error {
+		c, err := dialLightConnect(d, inst[0].MQTTAddr, stormConnect(id(i)))
+		if err != nil {
+			return err
+		}
+		conns[i] = c
+		return c.subscribe(4, fmt.Sprintf("rs%s/g%d/#", run, i/stormGroup), 1)
+	})
+	time.Sleep(200 * time.Millisecond)
+	inst[0].kill9()
+	for i, c := range conns {
+		c.close()
+		conns[i] = nil
+	}
+
+	// 20 messages per group, published on the second instance.
+	pub, err := dialLight(&net.Dialer{Timeout: 10 * time.Second}, inst[1].MQTTAddr, "rs"+run+"-pub", 4, 300)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pub.close()
+	t0 := time.Now()
+	stormPublish(b, pub, groups, topic)
+	b.Logf("%d sessions in %d groups; %d messages published in %s", n, groups, groups*stormGroup, time.Since(t0).Round(time.Millisecond))
+
+	// Everybody back at once.
+	res := make([]stormResult, n)
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d := &net.Dialer{Timeout: 30 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%4))}}
+			<-gate
+			res[i] = stormResume(d, inst[1+i%2].MQTTAddr, id(i), &conns[i])
+		}()
+	}
+	b.StartTimer()
+	start := time.Now()
+	close(gate)
+	wg.Wait()
+	b.StopTimer()
+	took := time.Since(start)
+
+	var connack, first, all []time.Duration
+	var failed []string
+	lost, dups := 0, 0
+	for i, r := range res {
+		lost += stormGroup - r.distinct
+		dups += r.got - r.distinct
+		if r.err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", id(i), r.err))
+			continue
+		}
+		connack, first, all = append(connack, r.connack), append(first, r.first), append(all, r.all)
+	}
+	if len(failed) > 0 {
+		b.Fatalf("%d of %d sessions failed (%d messages lost of %d), e.g. %s", len(failed), n, lost, n*stormGroup, strings.Join(failed[:min(5, len(failed))], "; "))
+	}
+	for _, m := range []struct {
+		name string
+		d    []time.Duration
+	}{{"connack", connack}, {"first", first}, {"all", all}} {
+		b.ReportMetric(quantileSeconds(m.d, 0.5), "s-"+m.name+"-p50")
+		b.ReportMetric(quantileSeconds(m.d, 0.99), "s-"+m.name+"-p99")
+	}
+	b.ReportMetric(float64(dups), "duplicates")
+	b.Logf("%d sessions resumed in %s: CONNACK p50/p99 %.2f/%.2f s, first message %.2f/%.2f s, all %d %.2f/%.2f s; %d duplicates",
+		n, took.Round(time.Millisecond), quantileSeconds(connack, 0.5), quantileSeconds(connack, 0.99),
+		quantileSeconds(first, 0.5), quantileSeconds(first, 0.99), stormGroup,
+		quantileSeconds(all, 0.5), quantileSeconds(all, 0.99), dups)
+}
+
+func stormConnect(id string) packets.Packet {
+	return packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 4,
+		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: false, Keepalive: 300, ClientIdentifier: id}}
+}
+
+// stormPublish sends 20 QoS 1 messages to each group's topic, at most 512
+// unacknowledged, and returns once every one is acknowledged. Payloads are
+// the message's number in its group.
+func stormPublish(b *testing.B, pub *lightClient, groups int, topic func(int) string) {
+	total := groups * stormGroup
+	_ = pub.conn.SetDeadline(time.Now().Add(5 * time.Minute))
+	defer pub.conn.SetDeadline(time.Time{})
+	sent, acked := 0, 0
+	for acked < total {
+		for sent < total && sent-acked < 512 {
+			// Message j of every group before message j+1 of any.
+			g, j := sent%groups, sent/groups
+			if err := pub.appendPublish(4, topic(g), 1, uint16(sent%65535+1), []byte(strconv.Itoa(j))); err != nil {
+				b.Fatal(err)
+			}
+			sent++
+		}
+		if err := pub.flush(); err != nil {
+			b.Fatal(err)
+		}
+		typ, body, err := pub.read()
+		if err != nil {
+			b.Fatalf("publisher: %d of %d acknowledged: %v", acked, total, err)
+		}
+		if typ>>4 != packets.Puback || len(body) < 2 || (len(body) > 2 && body[2] >= 0x80) {
+			b.Fatalf("publisher: want PUBACK, got type %#x body %x", typ, body)
+		}
+		acked++
+	}
+}
+
+// stormResult is one session's resume, timed from its CONNECT.
+type stormResult struct {
+	connack, first, all time.Duration
+	got, distinct       int
+	err                 error
+}
+
+// stormResume reconnects one session, checks Session Present, and reads
+// (acknowledging each) until it has its group's 20 messages in order.
+func stormResume(d *net.Dialer, addr, id string, keep **lightClient) (r stormResult) {
+	start := time.Now()
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	c := &lightClient{conn: conn, r: bufio.NewReaderSize(conn, 256)}
+	*keep = c
+	_ = conn.SetDeadline(start.Add(2 * time.Minute))
+	pk := stormConnect(id)
+	if err := pk.ConnectEncode(&c.out); err == nil {
+		err = c.flush()
+	}
+	typ, body, err := c.read()
+	if err != nil || typ>>4 != packets.Connack || len(body) < 2 || body[1] != 0 {
+		r.err = fmt.Errorf("connack: type %#x body %x: %v", typ, body, err)
+		return r
+	}
+	r.connack = time.Since(start)
+	if body[0]&1 == 0 {
+		r.err = fmt.Errorf("session not present")
+		return r
+	}
+	seen := map[int]bool{}
+	next := 0
+	for r.distinct < stormGroup {
+		typ, body, err := c.read()
+		if err != nil {
+			r.err = fmt.Errorf("after %d of %d messages: %w", r.distinct, stormGroup, err)
+			return r
+		}
+		if typ>>4 != packets.Publish {
+			continue
+		}
+		qos := (typ >> 1) & 3
+		if len(body) < 2 {
+			r.err = fmt.Errorf("short PUBLISH %x", body)
+			return r
+		}
+		tl := int(binary.BigEndian.Uint16(body))
+		rest := body[2+tl:]
+		if qos > 0 {
+			pid := rest[:2]
+			rest = rest[2:]
+			c.out.Write([]byte{packets.Puback << 4, 2, pid[0], pid[1]})
+			if err := c.flush(); err != nil {
+				r.err = err
+				return r
+			}
+		}
+		j, err := strconv.Atoi(string(rest))
+		if err != nil {
+			r.err = fmt.Errorf("payload %q", rest)
+			return r
+		}
+		if r.got == 0 {
+			r.first = time.Since(start)
+		}
+		r.got++
+		if seen[j] {
+			continue
+		}
+		if j != next {
+			r.err = fmt.Errorf("message %d came when %d was next: out of order or lost", j, next)
+			return r
+		}
+		seen[j] = true
+		next++
+		r.distinct++
+	}
+	r.all = time.Since(start)
+	return r
+}
+
+// quantileSeconds is the q-quantile of d in seconds (nearest rank).
+func quantileSeconds(d []time.Duration, q float64) float64 {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(q*float64(len(s))+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)].Seconds()
+}
