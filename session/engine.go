@@ -166,25 +166,34 @@ func Open(cfg Config, d Deps) (*Engine, error) {
 	} else {
 		isReverse = func(string) bool { return false }
 	}
-	var admins []*kadm.Client
-	for range replayAdmins {
-		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}, d.KafkaOpts...)...)
-		if err != nil {
-			return e, fmt.Errorf("replay admin client: %w", err)
-		}
-		e.admins = append(e.admins, cl)
-		admins = append(admins, kadm.NewClient(cl))
+	// One client lists the cluster's topics and the offsets and fetches
+	// the records of every replay (reads.go), and watches the horizon.
+	admin, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}, d.KafkaOpts...)...)
+	if err != nil {
+		return e, fmt.Errorf("replay client: %w", err)
 	}
+	// The topic listings get a client of their own: a listing of every
+	// topic of a big cluster does not wait behind the replays' offset
+	// requests, nor they behind it.
+	lister, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}, d.KafkaOpts...)...)
+	if err != nil {
+		admin.Close()
+		return e, fmt.Errorf("topic listing client: %w", err)
+	}
+	e.admins = append(e.admins, admin, lister)
+	adm := kadm.NewClient(admin)
 	e.stop = make(chan struct{})
 	slots := MaxReplays
 	if cfg.ReplaySlots > 0 {
 		slots = cfg.ReplaySlots
 	}
 	hook.replays = &replayer{h: hook, log: d.Log.With("component", "replay"), tm: d.Topics,
-		opts: append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}, d.KafkaOpts...), admins: admins,
-		topics:    newTopicLister(admins[0]),
+		reads: newReads(admin), topics: newTopicLister(kadm.NewClient(lister)),
 		isReverse: isReverse, slots: make(chan struct{}, slots), metrics: sm, stop: e.stop,
 		maxQueued: cfg.MaxQueued, queueDrops: d.QueueDrops}
+	if dl := d.Log.With("component", "replay"); dl.Enabled(context.Background(), slog.LevelDebug) {
+		hook.replays.topics.took = func(d time.Duration, n int) { dl.Debug("topic listing", "took", d, "topics", n) }
+	}
 	// Wills of dead instances' clients (wills.go): liveness from the
 	// heartbeats the caller reads (Beat); it sees every session record
 	// (hook.onChange) from the first.
@@ -204,7 +213,7 @@ func Open(cfg Config, d Deps) (*Engine, error) {
 	e.done = make(chan struct{})
 	var horizon *horizonWatch
 	if hook.reverse != nil {
-		horizon = &horizonWatch{progress: hook.reverse, admin: admins[0], topics: hook.replays.topics,
+		horizon = &horizonWatch{progress: hook.reverse, admin: adm, topics: hook.replays.topics,
 			log: d.Log.With("component", "replay"), group: cfg.ReverseGroup}
 	}
 	go func() {

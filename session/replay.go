@@ -13,7 +13,6 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-bridge/ferry/state"
@@ -37,30 +36,23 @@ import (
 // Maximum (64 for MQTT 3.1.1) unacknowledged at once, QoS 1/2 only (MQTT
 // queues no QoS 0 message for an offline session).
 //
-// At most MaxReplays run at once per instance (a reconnect storm after an
-// instance died waits its turn instead of opening thousands of readers),
-// each with its own short-lived franz-go client reading only its
-// partitions, fetching at most replayFetchBytes at once; they share one
+// At most MaxReplays run at once per instance; every replay lists offsets
+// and fetches through the instance's shared reads (reads.go: what replays
+// ask at the same time is asked of Kafka once, and the records of a
+// partition fetched once for all the replays that read it) and one
 // listing of the cluster's topics (replay_topics.go). A running replay
 // holds a slot of replayer.slots. One whose client's window stays full
 // (its client does not acknowledge: a stuck device) gives the slot up to a
 // replay that waits for one once it has waited replaySlotPatience: it
-// closes its Kafka client, drops what it fetched and did not write, waits
-// for its window without a slot, takes one again and reads on from the
-// first record it did not hand out (yield). Forty clients that never
-// acknowledged took all 32 slots for good, and every later resume on the
-// instance waited.
+// drops what it fetched and did not write, waits for its window without a
+// slot, takes one again and reads on from the first record it did not
+// hand out (yield). Forty clients that never acknowledged took all 32
+// slots for good, and every later resume on the instance waited.
 type replayer struct {
-	h    *sessionHook
-	log  *slog.Logger
-	tm   *topicmap.Map
-	opts []kgo.Opt // seed brokers and security
-	// admins list offsets for the replays, taken in turn: Kafka answers
-	// the requests of one connection one at a time, and with one client
-	// 96 replays at once waited 5-13 s each for their listings (a
-	// reconnect storm in the sessions soak).
-	admins    []*kadm.Client
-	nextAdmin atomic.Uint32
+	h         *sessionHook
+	log       *slog.Logger
+	tm        *topicmap.Map
+	reads     *reads                       // offset listings and fetches, shared by the replays
 	topics    *topicLister                 // the cluster's topics, shared by the replays
 	isReverse func(kafkaTopic string) bool // among reverse.topics
 	slots     chan struct{}
@@ -74,13 +66,12 @@ type replayer struct {
 }
 
 // MaxReplays bounds the replays running at once on one instance. A replay
-// mostly waits (admin round trips, its client's acknowledgements), so a
-// storm of resumes is served faster by more of them; each holds a Kafka
-// client (a connection per broker it reads, a few goroutines) and one
-// fetch of at most replayFetchBytes (one record larger than that comes
-// whole): 32 of them buffer about 32 MiB, less than 8 did with franz-go's
-// defaults (a 50 MiB fetch per broker).
-const MaxReplays = 32
+// mostly waits (the shared reads' rounds, its client's acknowledgements),
+// so a storm of resumes is served faster by more of them; each holds no
+// Kafka client of its own, only the records of its partitions' last fetch
+// answer (at most readsFetchBytes a partition, shared with the replays
+// that read the same partition).
+const MaxReplays = 4096
 
 // replaySlotPatience is how long a replay keeps its slot while its
 // client's window is full and another replay waits for a slot. A client
@@ -97,15 +88,6 @@ const replayYieldPoll = 100 * time.Millisecond
 // record it was delivering was done; it is read again once the replay has
 // a slot again.
 var errYieldSlot = errors.New("replay: yielding its slot while the client's window is full")
-
-// replayAdmins is how many admin clients (each its own connection per
-// broker) the replays of an instance list offsets with.
-const replayAdmins = 8
-
-// replayFetchBytes caps one fetch of a replay's client. A replay writes at
-// most a Receive Maximum (64 for MQTT 3.1.1) of messages before their
-// acknowledgements: a larger fetch only waits in memory.
-const replayFetchBytes = 1 << 20
 
 // replayWindowV3 is how many replayed messages an MQTT 3.1.1 client (no
 // Receive Maximum) may have unacknowledged at once.
@@ -136,8 +118,7 @@ func (r *replayer) run(o *ownedSession, connected time.Time) {
 	if r.acquire(ctx) != nil {
 		return
 	}
-	rs := &replayRun{r: r, o: o, cl: o.cl, subs: o.resumedSubs(), connected: connected, slotted: true,
-		admin: r.admins[int(r.nextAdmin.Add(1))%len(r.admins)]}
+	rs := &replayRun{r: r, o: o, cl: o.cl, subs: o.resumedSubs(), connected: connected, slotted: true}
 	defer func() {
 		if rs.slotted {
 			r.release()
@@ -151,7 +132,7 @@ func (r *replayer) run(o *ownedSession, connected time.Time) {
 			first = rs.firstAt.Sub(slotted)
 		}
 		r.log.Debug("session replay", "client", o.cl.ID, "delivered", rs.delivered, "fetched", rs.fetched,
-			"fetching", rs.fetching, "listing", rs.listing, "first", first, "windowed", rs.windowed,
+			"fetching", rs.fetching, "listing", rs.listing, "listing_topics", rs.listingTopics, "listing_ends", rs.listingEnds, "first", first, "windowed", rs.windowed,
 			"yields", rs.yields, "reslotting", rs.reslotting,
 			"waited", slotted.Sub(connected), "took", time.Since(connected), "err", err)
 	}
@@ -194,7 +175,6 @@ type replayRun struct {
 	r          *replayer
 	o          *ownedSession
 	cl         *mqtt.Client
-	admin      *kadm.Client // lists offsets (one of replayer.admins)
 	subs       []state.Subscription
 	connected  time.Time
 	first      bool
@@ -205,15 +185,17 @@ type replayRun struct {
 	fetched    int           // records fetched
 	fetching   time.Duration // waiting for fetches
 	listing    time.Duration // waiting for topic and offset listings
-	windowed   time.Duration // waiting for the client's window
-	slotted    bool          // holds a slot of replayer.slots
-	yields     int           // times it gave its slot up (yield)
-	reslotting time.Duration // waiting to take a slot again after a yield
-	backlog    bool          // the first pass: what matched while the client was away
-	queued     int           // new (not resent) messages of the backlog delivered
-	later      *deferrals    // the last pass: records kept behind live deliveries
-	liveAt     time.Time     // when the subscriptions went live (zero: first pass)
-	hdrs       []topicmap.Header
+	// ... of which for the topics, and for the end offsets
+	listingTopics, listingEnds time.Duration
+	windowed                   time.Duration // waiting for the client's window
+	slotted                    bool          // holds a slot of replayer.slots
+	yields                     int           // times it gave its slot up (yield)
+	reslotting                 time.Duration // waiting to take a slot again after a yield
+	backlog                    bool          // the first pass: what matched while the client was away
+	queued                     int           // new (not resent) messages of the backlog delivered
+	later                      *deferrals    // the last pass: records kept behind live deliveries
+	liveAt                     time.Time     // when the subscriptions went live (zero: first pass)
+	hdrs                       []topicmap.Header
 }
 
 func (rs *replayRun) catchUp(ctx context.Context) error {
@@ -280,18 +262,15 @@ func (rs *replayRun) pass(ctx context.Context, from map[tp]int64) (map[tp]int64,
 		return nil, err
 	}
 	listedAt := time.Now()
-	endsL, err := rs.admin.ListEndOffsets(ctx, topics...)
-	if err == nil {
-		err = endsL.Error()
-	}
+	rs.listingTopics += listedAt.Sub(t0)
+	ends, err := rs.r.reads.endOffsets(ctx, topics)
+	rs.listingEnds += time.Since(listedAt)
 	if err != nil {
 		return nil, fmt.Errorf("list end offsets: %w", err)
 	}
 	if from != nil {
 		rs.lastListed = listedAt
 	}
-	ends := map[tp]int64{}
-	endsL.Each(func(o kadm.ListedOffset) { ends[tp{o.Topic, o.Partition}] = o.Offset })
 	// The last pass goes on from the first pass's ends; a partition the
 	// first pass did not read (new since, or missed by its shared listing:
 	// replay_topics.go) starts as the first pass would have.
@@ -303,7 +282,7 @@ func (rs *replayRun) pass(ctx context.Context, from map[tp]int64) (map[tp]int64,
 	// Partitions without a position start at the subscriptions' time, or,
 	// on the reverse topics, at the session's horizon when later
 	// (positions.go).
-	var byTime, byHorizon []string
+	byTime := map[tp]int64{}
 	since := rs.oldestSince()
 	for k := range ends {
 		if off, ok := from[k]; ok {
@@ -311,31 +290,20 @@ func (rs *replayRun) pass(ctx context.Context, from map[tp]int64) (map[tp]int64,
 		} else if off, ok := known[k]; ok {
 			starts[k] = off
 		} else if rs.horizon > since && rs.r.isReverse(k.topic) {
-			byHorizon = append(byHorizon, k.topic)
+			byTime[k] = rs.horizon
 		} else {
-			byTime = append(byTime, k.topic)
+			byTime[k] = since
 		}
 	}
-	for _, at := range []struct {
-		ms     int64
-		topics []string
-	}{{since, byTime}, {rs.horizon, byHorizon}} {
-		if len(at.topics) == 0 {
-			continue
+	after, err := rs.r.reads.offsetsAfter(ctx, byTime)
+	if err != nil {
+		return nil, fmt.Errorf("list offsets by time: %w", err)
+	}
+	for k, off := range after {
+		if off < 0 { // nothing since: from the end
+			off = ends[k]
 		}
-		after, err := rs.admin.ListOffsetsAfterMilli(ctx, at.ms, dedupe(at.topics)...)
-		if err == nil {
-			err = after.Error()
-		}
-		if err != nil {
-			return nil, fmt.Errorf("list offsets by time: %w", err)
-		}
-		after.Each(func(o kadm.ListedOffset) {
-			k := tp{o.Topic, o.Partition}
-			if _, ok := starts[k]; !ok {
-				starts[k] = o.Offset
-			}
-		})
+		starts[k] = off
 	}
 	listed()
 	if rs.r.log.Enabled(ctx, slog.LevelDebug) {
@@ -396,51 +364,48 @@ func (rs *replayRun) readFrom(ctx context.Context, next map[tp]int64, ends map[t
 	}
 	// Control records (a transaction's commit or abort marker) come too: a
 	// partition may end with one, and the read is done at its offset.
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.ConsumePartitions(assign), kgo.FetchMaxWait(200 * time.Millisecond),
-		kgo.FetchMaxBytes(replayFetchBytes), kgo.MaxConcurrentFetches(1), kgo.KeepControlRecords()}, rs.r.opts...)...)
-	if err != nil {
-		return fmt.Errorf("replay client: %w", err)
-	}
-	defer cl.Close()
 	for len(next) > 0 {
 		t0 := time.Now()
-		fs := cl.PollFetches(ctx)
+		got, err := rs.r.reads.fetch(ctx, next)
 		rs.fetching += time.Since(t0)
-		if ctx.Err() != nil {
-			return ctx.Err()
+		if err != nil {
+			return err
 		}
-		var ferr error
-		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
-		if ferr != nil && fs.NumRecords() == 0 {
-			return fmt.Errorf("replay fetch: %w", ferr)
-		}
-		var werr error
-		fs.EachRecord(func(rec *kgo.Record) {
-			k := tp{rec.Topic, rec.Partition}
-			from, reading := next[k]
-			if werr != nil || !reading || rec.Offset < from || rec.Offset >= ends[k] {
-				return
+		for k, f := range got {
+			if f.err != nil {
+				return fmt.Errorf("replay fetch: %w", f.err)
 			}
-			if !rec.Attrs.IsControl() {
-				rs.fetched++
-				rs.r.metrics.replayRead.Inc()
-				if werr = rs.take(ctx, rec); werr != nil {
-					return // not handed out: read again after a yield
+			if f.logStart >= 0 { // deleted by retention: nothing to hand out below it
+				next[k] = f.logStart
+			}
+			for _, rec := range f.recs {
+				if rec.Offset < next[k] || rec.Offset >= ends[k] {
+					continue
+				}
+				if !rec.Attrs.IsControl() {
+					rs.fetched++
+					rs.r.metrics.replayRead.Inc()
+					if err := rs.take(ctx, rec); err != nil {
+						return err // not handed out: read again after a yield
+					}
+				}
+				next[k] = rec.Offset + 1
+				if !rs.later.waits(k) {
+					rs.o.pos.reading(k, next[k])
 				}
 			}
-			next[k] = rec.Offset + 1
-			if !rs.later.waits(k) {
-				rs.o.pos.reading(k, rec.Offset+1)
+			if next[k] > ends[k] || f.hwm < ends[k] && next[k] >= f.hwm {
+				next[k] = max(next[k], ends[k]) // truncated below its listed end: nothing more to read
 			}
-			if rec.Offset+1 >= ends[k] {
+			if !rs.later.waits(k) {
+				rs.o.pos.reading(k, next[k])
+			}
+			if next[k] >= ends[k] {
 				delete(next, k)
 				if !rs.later.waits(k) { // else once its kept records are delivered
 					rs.o.pos.replayed(k, ends[k])
 				}
 			}
-		})
-		if werr != nil {
-			return werr
 		}
 	}
 	return nil
@@ -683,43 +648,34 @@ func (rs *replayRun) pause(ctx context.Context) error {
 
 // candidates lists the Kafka topics the subscriptions can draw from.
 func (rs *replayRun) candidates(ctx context.Context) ([]string, error) {
-	var names []string
-	var err error
-	if rs.liveAt.IsZero() {
-		names, err = rs.r.topics.recent(ctx)
-	} else {
-		names, err = rs.r.topics.since(ctx, rs.liveAt)
+	t := rs.liveAt
+	if t.IsZero() {
+		t = time.Now().Add(-rs.r.topics.maxAge)
 	}
+	idx, err := rs.r.topics.indexed(ctx, t, rs.r.isReverse)
 	if err != nil {
 		return nil, err
 	}
-	positioned := map[string]bool{}
-	for _, p := range rs.o.pos.snapshot() {
-		positioned[p.Topic] = true
-	}
+	seen := map[string]bool{}
 	var out []string
-	for _, name := range names {
-		if topicmap.IsFerryTopic(name) || topicmap.IsInternalKafkaTopic(name) {
-			continue
-		}
-		if positioned[name] || rs.r.isReverse(name) || rs.decodesToMatch(name) {
+	add := func(name string) {
+		if !seen[name] {
+			seen[name] = true
 			out = append(out, name)
 		}
 	}
-	return out, nil
-}
-
-func (rs *replayRun) decodesToMatch(kafkaTopic string) bool {
-	m, err := topicmap.DecodeTopic(kafkaTopic)
-	if err != nil {
-		return false
-	}
-	for _, s := range rs.subs {
-		if topicmap.MatchFilter(s.Filter, m) {
-			return true
+	for _, p := range rs.o.pos.snapshot() {
+		if idx.all[p.Topic] {
+			add(p.Topic)
 		}
 	}
-	return false
+	for _, name := range idx.reverse {
+		add(name)
+	}
+	for _, s := range rs.subs {
+		idx.matching(s.Filter, add)
+	}
+	return out, nil
 }
 
 func (rs *replayRun) oldestSince() int64 {

@@ -3,10 +3,13 @@ package session
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/ferry-bridge/ferry/topicmap"
 )
 
 // topicLister shares the cluster's topic listing among the replays of an
@@ -27,10 +30,12 @@ import (
 type topicLister struct {
 	list   func(ctx context.Context) ([]string, error)
 	maxAge time.Duration
+	took   func(time.Duration, int) // if not nil: each listing's time (debug)
 
 	mu    sync.Mutex
-	at    time.Time // when the cached listing was requested
-	names []string  // shared: read only
+	at    time.Time   // when the cached listing was requested
+	names []string    // shared: read only
+	idx   *topicIndex // of names, built on first use (indexed)
 }
 
 // topicsMaxAge is how old a listing the first pass of a replay may use.
@@ -60,12 +65,117 @@ func (l *topicLister) since(ctx context.Context, t time.Time) ([]string, error) 
 	}
 	at := time.Now()
 	names, err := l.list(ctx)
+	if l.took != nil {
+		l.took(time.Since(at), len(names))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list topics: %w", err)
 	}
 	if names == nil {
 		names = []string{}
 	}
-	l.at, l.names = at, names
+	l.at, l.names, l.idx = at, names, nil
 	return names, nil
+}
+
+// indexed is since with the listing's index (built once per listing, for
+// every replay that takes it): a replay of a cluster with thousands of
+// topics decoded and matched each name against its filters, twice, and a
+// storm of 5,000 replays spent most of its time there.
+func (l *topicLister) indexed(ctx context.Context, t time.Time, isReverse func(string) bool) (*topicIndex, error) {
+	for {
+		l.mu.Lock()
+		if l.names != nil && !l.at.Before(t) {
+			// The newest listing, if new enough (a caller that took an
+			// older one builds no index of its own).
+			if l.idx == nil {
+				l.idx = newTopicIndex(l.names, isReverse)
+			}
+			idx := l.idx
+			l.mu.Unlock()
+			return idx, nil
+		}
+		l.mu.Unlock()
+		if _, err := l.since(ctx, t); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// topicIndex is one topic listing ready for matching: the reverse topics,
+// and the others by the levels of the MQTT topic their name decodes to.
+// Ferry's own and Kafka's internal topics are left out.
+type topicIndex struct {
+	all     map[string]bool
+	reverse []string
+	root    topicLevel
+}
+
+type topicLevel struct {
+	kids map[string]*topicLevel
+	here []decodedTopic // MQTT topics that end at this level
+}
+
+type decodedTopic struct{ kafka, mqtt string }
+
+func newTopicIndex(names []string, isReverse func(string) bool) *topicIndex {
+	x := &topicIndex{all: make(map[string]bool, len(names))}
+	for _, name := range names {
+		if topicmap.IsFerryTopic(name) || topicmap.IsInternalKafkaTopic(name) {
+			continue
+		}
+		x.all[name] = true
+		if isReverse(name) {
+			x.reverse = append(x.reverse, name)
+		}
+		m, err := topicmap.DecodeTopic(name)
+		if err != nil {
+			continue
+		}
+		n := &x.root
+		for rest, more := m, true; more; {
+			var lvl string
+			lvl, rest, more = strings.Cut(rest, "/")
+			if n.kids == nil {
+				n.kids = map[string]*topicLevel{}
+			}
+			next := n.kids[lvl]
+			if next == nil {
+				next = &topicLevel{}
+				n.kids[lvl] = next
+			}
+			n = next
+		}
+		n.here = append(n.here, decodedTopic{kafka: name, mqtt: m})
+	}
+	return x
+}
+
+// matching calls add for every topic whose MQTT topic filter matches: it
+// follows the filter's levels up to its first wildcard and checks what is
+// below there (topicmap.MatchFilter decides).
+func (x *topicIndex) matching(filter string, add func(kafkaTopic string)) {
+	n := &x.root
+	for rest, more := filter, true; more; {
+		var lvl string
+		lvl, rest, more = strings.Cut(rest, "/")
+		if lvl == "+" || lvl == "#" {
+			break
+		}
+		if n = n.kids[lvl]; n == nil {
+			return
+		}
+	}
+	var walk func(n *topicLevel)
+	walk = func(n *topicLevel) {
+		for _, t := range n.here {
+			if topicmap.MatchFilter(filter, t.mqtt) {
+				add(t.kafka)
+			}
+		}
+		for _, k := range n.kids {
+			walk(k)
+		}
+	}
+	walk(n)
 }

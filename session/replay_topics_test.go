@@ -2,8 +2,12 @@ package session
 
 import (
 	"context"
+	"maps"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/ferry-bridge/ferry/topicmap"
 )
 
 // TestTopicListerShares: replays share a listing young enough for them; a
@@ -32,5 +36,45 @@ func TestTopicListerShares(t *testing.T) {
 	}
 	if _, err := l.since(ctx, live); err != nil || calls != 2 {
 		t.Fatalf("a listing requested after the subscriptions went live was not reused (%d listings, want 2, err %v)", calls, err)
+	}
+}
+
+// TestTopicIndexMatchesAsEachName: the listing's index finds, for every
+// filter, exactly the topics whose decoded MQTT topic the filter matches
+// (what each replay found by decoding and matching every name).
+func TestTopicIndexMatchesAsEachName(t *testing.T) {
+	mqttTopics := []string{"a", "a/b", "a/b/c", "a/c", "/a", "/a/b", "b/a", "$SYS/x", "a//b", "a/b/", "tacos/pub/lf", "x/y/z/w"}
+	var names []string
+	for _, m := range mqttTopics {
+		k, err := topicmap.EncodeTopic(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, k)
+	}
+	names = append(names, "_ferry_sessions", "__consumer_offsets", "rev-1")
+	isReverse := func(n string) bool { return strings.HasPrefix(n, "rev-") }
+	idx := newTopicIndex(names, isReverse)
+	filters := []string{"#", "+", "a", "a/#", "a/+", "a/+/c", "+/b", "/#", "/+/b", "+/+", "a/b/#", "$SYS/#", "+/x", "a//b", "a/b/+", "tacos/pub/lf", "x/+/z/#", "nothing/#"}
+	for _, f := range filters {
+		want := map[string]bool{}
+		for _, n := range names {
+			if m, err := topicmap.DecodeTopic(n); err == nil && !topicmap.IsFerryTopic(n) && !topicmap.IsInternalKafkaTopic(n) && topicmap.MatchFilter(f, m) {
+				want[n] = true
+			}
+		}
+		got := map[string]bool{}
+		idx.matching(f, func(n string) {
+			if got[n] {
+				t.Errorf("filter %q: %s twice", f, n)
+			}
+			got[n] = true
+		})
+		if !maps.Equal(got, want) {
+			t.Errorf("filter %q: index found %v, each name matched %v", f, got, want)
+		}
+	}
+	if len(idx.reverse) != 1 || idx.reverse[0] != "rev-1" || idx.all["_ferry_sessions"] {
+		t.Errorf("reverse %v, Ferry topic in the index %v", idx.reverse, idx.all["_ferry_sessions"])
 	}
 }

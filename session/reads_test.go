@@ -1,0 +1,164 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// TestAnswerForCoversOnlyFromItsOffset: a fetch asked for while a round
+// from further on was under way is not answered by that round (it would
+// miss its first records).
+func TestAnswerForCoversOnlyFromItsOffset(t *testing.T) {
+	recs := []*kgo.Record{{Offset: 43}, {Offset: 44}}
+	f := fetched{recs: recs, hwm: 50, logStart: -1}
+	if _, ok := answerFor(42, 43, f); ok {
+		t.Error("a fetch from 42 answered by a round from 43")
+	}
+	if a, ok := answerFor(44, 43, f); !ok || len(a.recs) != 1 || a.recs[0].Offset != 44 {
+		t.Errorf("a fetch from 44 of a round from 43: %v %v", a.recs, ok)
+	}
+	if _, ok := answerFor(45, 43, f); ok {
+		t.Error("a fetch from 45 answered by records up to 44")
+	}
+	if a, ok := answerFor(50, 43, f); !ok || len(a.recs) != 0 {
+		t.Errorf("a fetch from the high watermark: %v %v", a.recs, ok)
+	}
+}
+
+// TestReadsShareFetches: 100 replays' fetches of one partition, each from
+// an offset of its own and read to the end, get every record from their
+// offset on exactly once, in order, with far fewer Fetch requests than
+// replays (kfake, and real Kafka when FERRY_TEST_KAFKA is set).
+func TestReadsShareFetches(t *testing.T) {
+	t.Run("kfake", func(t *testing.T) {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		var fetches atomic.Int64
+		c.ControlKey(kmsg.Fetch.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+			c.KeepControl()
+			fetches.Add(1)
+			return nil, nil, false
+		})
+		sharedFetches(t, c.ListenAddrs(), &fetches)
+	})
+	if b := os.Getenv("FERRY_TEST_KAFKA"); b != "" {
+		t.Run("kafka", func(t *testing.T) { sharedFetches(t, strings.Split(b, ","), nil) })
+	}
+}
+
+func sharedFetches(t *testing.T, brokers []string, fetches *atomic.Int64) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	topic := fmt.Sprintf("reads-%d", rand.Int64())
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	const n = 3000
+	base := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: topic, Value: []byte(fmt.Sprint(i)), Timestamp: base.Add(time.Duration(i) * time.Millisecond)}
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	r := newReads(cl)
+	k := tp{topic, 0}
+	ends, err := r.endOffsets(ctx, []string{topic})
+	if err != nil || ends[k] != n {
+		t.Fatalf("end offsets %v (%v), want %d", ends, err, n)
+	}
+	if fetches != nil {
+		fetches.Store(0)
+	}
+	const replays = 100
+	var wg sync.WaitGroup
+	errs := make(chan error, replays)
+	for i := range replays {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			next := int64(i * n / replays / 2)
+			for next < n {
+				got, err := r.fetch(ctx, map[tp]int64{k: next})
+				if err != nil {
+					errs <- err
+					return
+				}
+				f := got[k]
+				if f.err != nil {
+					errs <- f.err
+					return
+				}
+				for _, rec := range f.recs {
+					if rec.Offset != next || string(rec.Value) != fmt.Sprint(next) {
+						errs <- fmt.Errorf("replay %d: record %d (%q) where %d was next", i, rec.Offset, rec.Value, next)
+						return
+					}
+					next++
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if fetches != nil {
+		if got := fetches.Load(); got > replays*2 {
+			t.Errorf("%d Fetch requests for %d replays of one partition: not shared", got, replays)
+		} else {
+			t.Logf("%d replays of one partition: %d Fetch requests", replays, got)
+		}
+	}
+	// By time: the first record at or after a time, and -1 after the last.
+	after, err := r.offsetsAfter(ctx, map[tp]int64{k: time.Now().Add(time.Hour).UnixMilli()})
+	if err != nil || after[k] != -1 {
+		t.Errorf("offset after an hour from now: %v (%v), want -1", after, err)
+	}
+	after, err = r.offsetsAfter(ctx, map[tp]int64{k: 0})
+	if err != nil || after[k] != 0 {
+		t.Errorf("offset after time 0: %v (%v), want 0", after, err)
+	}
+	// 50 queries at once of one partition, each at a time of its own (the
+	// sessions of a group): each gets its own answer.
+	var qg sync.WaitGroup
+	qerrs := make(chan error, 50)
+	for j := range 50 {
+		qg.Add(1)
+		go func() {
+			defer qg.Done()
+			want := int64(j * 37)
+			got, err := r.offsetsAfter(ctx, map[tp]int64{k: base.Add(time.Duration(want) * time.Millisecond).UnixMilli()})
+			if err != nil || got[k] != want {
+				qerrs <- fmt.Errorf("offset after record %d's time: %v (%v)", want, got, err)
+			}
+		}()
+	}
+	qg.Wait()
+	close(qerrs)
+	for err := range qerrs {
+		t.Error(err)
+	}
+}
