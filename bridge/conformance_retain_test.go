@@ -1,11 +1,14 @@
 package bridge
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
 	pahov3 "github.com/eclipse/paho.mqtt.golang"
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
 )
 
 // TestConformanceRetained: MQTT 5 3.3.1.3 RETAIN.
@@ -99,6 +102,14 @@ func TestConformanceRetainAsPublished(t *testing.T) {
 // the retained messages" [MQTT-3.3.1-11].
 func TestConformanceRetainHandling(t *testing.T) {
 	b := startBridge(t, testConfig(""))
+	// mochi writes the SUBACK, then queues the retained messages on the
+	// subscriber's read goroutine: a client that publishes on the SUBACK can
+	// overtake them (a cold run under load: a retained message missing
+	// before its marker). Every SUBACK here waits a while after its write,
+	// so that the test meets that interleaving each time.
+	if err := b.server.AddHook(&subackDelay{}, nil); err != nil {
+		t.Fatal(err)
+	}
 	topic := "conf/rh/" + randHex(4)
 	pub := connectV5(t, b.MQTTAddr(), "rh-pub-"+randHex(3))
 	mustPublish(t, pub, &paho.Publish{Topic: topic, QoS: 1, Retain: true, Payload: []byte("kept")})
@@ -113,6 +124,17 @@ func TestConformanceRetainHandling(t *testing.T) {
 		// the broker has its acknowledgements.
 		waitAcked(t, b, id)
 		mustSubscribe(t, c, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: topic, QoS: 1, RetainHandling: rh}}})
+		// The fence: mochi reads the client's next packet only once the
+		// SUBSCRIBE's retained messages are in its outbound queue, so a
+		// marker published after that packet's ack queues behind them. (Any
+		// UNSUBACK will do: the filter was never subscribed, and its packet
+		// id may be one a delivery holds.)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := c.Unsubscribe(ctx, &paho.Unsubscribe{Topics: []string{topic + "/fence"}})
+		cancel()
+		if err != nil && ctx.Err() != nil {
+			t.Fatalf("unsubscribe (fence): %v", err)
+		}
 		mustPublish(t, pub, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte("marker")})
 		deadline := time.Now().Add(10 * time.Second)
 		for {
@@ -187,4 +209,18 @@ func TestConformanceRetainedV311(t *testing.T) {
 			}
 		}
 	})
+}
+
+// subackDelay holds the goroutine that wrote a SUBACK for a while
+// (TestConformanceRetainHandling).
+type subackDelay struct{ mqtt.HookBase }
+
+func (*subackDelay) ID() string { return "suback-delay" }
+
+func (*subackDelay) Provides(b byte) bool { return b == mqtt.OnPacketSent }
+
+func (*subackDelay) OnPacketSent(_ *mqtt.Client, pk packets.Packet, _ []byte) {
+	if pk.FixedHeader.Type == packets.Suback {
+		time.Sleep(200 * time.Millisecond)
+	}
 }

@@ -52,12 +52,16 @@
 // subscriptions can draw from (topics that map back to a matching MQTT
 // topic, the reverse topics, every partition with a position) from the
 // position, or the subscription's time (a reverse partition: the horizon
-// when later), up to the end offsets it lists; it resends the record's
-// unacknowledged deliveries with their packet ids and DUP, checks each
-// message against the ACL, and writes at most the client's Receive Maximum
-// unacknowledged. Then the subscriptions go live, and a last pass reads
-// what Kafka appended meanwhile, live deliveries held behind it. A live
-// delivery of a record the replay handled is discarded (replay_copies.go).
+// when later), up to the end offsets it lists (a subscription's time
+// bounds only what a partition read from a time owes it: a reverse
+// partition read from its position owes every matching record from there,
+// however old, as the reverse path hands a backlog out at its own pace); it
+// resends the record's unacknowledged deliveries with their packet ids and
+// DUP, checks each message against the ACL, and writes at most the client's
+// Receive Maximum unacknowledged. Then the subscriptions go live, and a
+// last pass reads what Kafka appended meanwhile, live deliveries held
+// behind it. A live delivery of a record the replay handled is discarded
+// (replay_copies.go).
 //
 // # Ownership and epochs
 //
@@ -80,7 +84,9 @@
 // with DUP, the others without); messages published the moment a resumed
 // subscription goes live; what the session had from the local path beyond
 // a lagging reverse consumer; a message up to 1 s (HorizonSlack) older
-// than a subscription. A resume may deliver at most Config.MaxQueued new
+// than a subscription; on a reverse partition read from its position, a
+// message matching only a subscription made after the reverse path had
+// handed the message out. A resume may deliver at most Config.MaxQueued new
 // messages; the rest are dropped and counted.
 //
 // # What the engine needs from its caller

@@ -195,7 +195,11 @@ type replayRun struct {
 	queued                     int           // new (not resent) messages of the backlog delivered
 	later                      *deferrals    // the last pass: records kept behind live deliveries
 	liveAt                     time.Time     // when the subscriptions went live (zero: first pass)
-	hdrs                       []topicmap.Header
+	// positioned are the partitions read from the session's position (not
+	// from a time): on a reverse topic, every record there that matches is
+	// the session's, however old (deliver).
+	positioned map[tp]bool
+	hdrs       []topicmap.Header
 }
 
 func (rs *replayRun) catchUp(ctx context.Context) error {
@@ -289,6 +293,10 @@ func (rs *replayRun) pass(ctx context.Context, from map[tp]int64) (map[tp]int64,
 			starts[k] = off
 		} else if off, ok := known[k]; ok {
 			starts[k] = off
+			if rs.positioned == nil {
+				rs.positioned = map[tp]bool{}
+			}
+			rs.positioned[k] = true
 		} else if rs.horizon > since && rs.r.isReverse(k.topic) {
 			byTime[k] = rs.horizon
 		} else {
@@ -468,11 +476,21 @@ func (rs *replayRun) deliver(ctx context.Context, rec *kgo.Record, hdrs []topicm
 	if std.HasQoS {
 		qos = min(qos, std.QoS)
 	}
+	// A subscription's time bounds what a partition read from a time owes
+	// it. A reverse partition read from the session's position owes it
+	// every record from there, however old: the reverse path hands records
+	// out at its own pace, not at their timestamps (a backlog older than
+	// the subscription reached it live), and the position is never past
+	// what it handed out while the session was live. Skipping them here
+	// lost them for good: the replay counts the partition as handled to its
+	// end, and the reverse path's live deliveries of them are discarded as
+	// copies (replay_copies.go).
+	byTime := !rs.positioned[tp{rec.Topic, rec.Partition}] || !rs.r.isReverse(rec.Topic)
 	var best *state.Subscription
 	var ids []int
 	for i := range rs.subs {
 		s := &rs.subs[i]
-		if !topicmap.MatchFilter(s.Filter, d.Topic) || rec.Timestamp.UnixMilli() < s.Since ||
+		if !topicmap.MatchFilter(s.Filter, d.Topic) || byTime && rec.Timestamp.UnixMilli() < s.Since ||
 			s.NoLocal && std.ClientID == rs.cl.ID {
 			continue
 		}
