@@ -241,10 +241,14 @@ func (b *Bridge) start(ctx context.Context) error {
 		checked.Wait()
 	}()
 
+	hdrs, err := topicmap.ParseHeaderSet(b.cfg.Kafka.Headers) // validated by New
+	if err != nil {
+		return fmt.Errorf("kafka.headers: %w", err)
+	}
 	b.server = mqtt.New(b.mochiOptions())
 	b.hook = &hook{cfg: b.cfg, log: b.log, tm: b.tm, ring: b.ring, metrics: b.metrics, server: b.server,
-		logs: newRateLimiter(b.log, 10*time.Second), origin: []byte(b.cfg.Instance.ID), locals: newLocalPublishers(),
-		producer: b.producer}
+		logs: newRateLimiter(b.log, 10*time.Second), hdrs: topicmap.NewHeaderBuilder(hdrs, b.cfg.Instance.ID),
+		locals: newLocalPublishers(), producer: b.producer}
 	if b.canRead, err = addAuth(b.server, b.cfg.MQTT); err != nil {
 		return err
 	}

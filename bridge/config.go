@@ -189,9 +189,14 @@ type KafkaConfig struct {
 	ReplicationFactor int `mapstructure:"replication_factor" yaml:"replication_factor"`
 	// MaxCreatedTopics caps how many topics one instance creates (protection
 	// against topic explosion). Default: 1000.
-	MaxCreatedTopics int        `mapstructure:"max_created_topics" yaml:"max_created_topics"`
-	TLS              TLSConfig  `mapstructure:"tls" yaml:"tls"`
-	SASL             SASLConfig `mapstructure:"sasl" yaml:"sasl"`
+	MaxCreatedTopics int `mapstructure:"max_created_topics" yaml:"max_created_topics"`
+	// Headers names the standard headers every forward record carries:
+	// header names, "default" and "all" (the set of earlier releases, ferry.seq
+	// included); docs/topic-mapping.md says what reads each. A set that
+	// breaks a promise is refused (topicmap.Config.CheckHeaders). Default: [default].
+	Headers []string   `mapstructure:"headers" yaml:"headers"`
+	TLS     TLSConfig  `mapstructure:"tls" yaml:"tls"`
+	SASL    SASLConfig `mapstructure:"sasl" yaml:"sasl"`
 }
 
 // producerConfig is what the producer takes of k.
@@ -317,6 +322,7 @@ func DefaultConfig() Config {
 			Partitions:        1,
 			ReplicationFactor: clusterReplicationFactor,
 			MaxCreatedTopics:  1000,
+			Headers:           []string{topicmap.HeaderSetDefault},
 		},
 		Ring:    RingConfig{Capacity: 1 << 16, QoS0Policy: "drop-newest"},
 		Topics:  topicmap.DefaultConfig(),
@@ -487,6 +493,11 @@ func (c Config) Validate() error {
 	}
 	if _, err := topicmap.New(c.Topics); err != nil {
 		errs = append(errs, fmt.Errorf("config topics: %w", err))
+	}
+	if set, err := topicmap.ParseHeaderSet(c.Kafka.Headers); err != nil {
+		bad("kafka.headers", c.Kafka.Headers, "%v", err)
+	} else if err := c.Topics.CheckHeaders(set); err != nil {
+		bad("kafka.headers", c.Kafka.Headers, "%v", strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
 	for i, t := range c.Reverse.Topics {
 		if err := reverse.ValidTopic(t); err != nil {

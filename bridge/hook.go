@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,8 +51,8 @@ type hook struct {
 	logs     *rateLimiter
 	producer *producer.Producer // ring eviction reports its failures to it
 
-	seq    atomic.Uint64
-	origin []byte
+	seq    atomic.Uint64 // ferry.seq, when kafka.headers has it
+	hdrs   *topicmap.HeaderBuilder
 	queues sync.Map // *mqtt.Client -> *ackQueue
 	locals *localPublishers
 	// retained keeps retained messages in Kafka (nil: tests without state).
@@ -248,23 +247,16 @@ func (h *hook) OnPublished(cl *mqtt.Client, pk packets.Packet) {
 
 func (h *hook) newRecord(cl *mqtt.Client, pk packets.Packet, route topicmap.Route) *producer.Record {
 	now := time.Now()
-	hs := make([]kafka.Header, 0, 6+len(route.Headers)+len(pk.Properties.User))
-	hs = append(hs,
-		kafka.Header{Key: topicmap.HeaderMQTTTopic, Value: []byte(pk.TopicName)},
-		kafka.Header{Key: topicmap.HeaderQoS, Value: []byte(qosLabel[pk.FixedHeader.Qos])},
-		kafka.Header{Key: topicmap.HeaderClientID, Value: []byte(cl.ID)},
-		kafka.Header{Key: topicmap.HeaderOrigin, Value: h.origin},
-		kafka.Header{Key: topicmap.HeaderSeq, Value: strconv.AppendUint(nil, h.seq.Add(1), 10)},
-	)
+	std := topicmap.Standard{Topic: pk.TopicName, QoS: pk.FixedHeader.Qos, Retain: pk.FixedHeader.Retain,
+		ClientID: cl.ID, Expiry: pk.Properties.MessageExpiryInterval}
 	if pk.FixedHeader.Qos > 0 {
-		hs = append(hs, kafka.Header{Key: topicmap.HeaderPacketID, Value: strconv.AppendUint(nil, uint64(pk.PacketID), 10)})
+		std.PacketID = pk.PacketID
 	}
-	if pk.FixedHeader.Retain {
-		hs = append(hs, kafka.Header{Key: topicmap.HeaderRetain, Value: []byte("true")})
+	if h.hdrs.Set().Has(topicmap.HeaderSeq) {
+		std.Seq = h.seq.Add(1)
 	}
-	if e := pk.Properties.MessageExpiryInterval; e > 0 {
-		hs = append(hs, kafka.Header{Key: topicmap.HeaderExpiry, Value: strconv.AppendUint(nil, uint64(e), 10)})
-	}
+	hs := make([]kafka.Header, 0, h.hdrs.Count(std)+len(route.Headers)+len(pk.Properties.User))
+	hs = topicmap.AppendStandard(h.hdrs, hs, std)
 	for _, rh := range route.Headers {
 		hs = append(hs, kafka.Header{Key: rh.Key, Value: rh.Value})
 	}

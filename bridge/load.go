@@ -70,7 +70,7 @@ func LoadConfig(fs *pflag.FlagSet, f *Flags, env func(string) (string, bool)) (C
 	}
 	if env != nil {
 		// Lists from the environment are comma-separated.
-		for _, key := range []string{"kafka.brokers", "reverse.topics", "topics.exclude"} {
+		for _, key := range []string{"kafka.brokers", "kafka.headers", "reverse.topics", "topics.exclude"} {
 			name := "FERRY_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
 			if val, ok := env(name); ok {
 				v.Set(key, splitList(val))

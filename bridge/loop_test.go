@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -34,7 +35,8 @@ func publishN(t testing.TB, c paho.Client, topic string, from, n int) {
 // skip_own the reverse path skips its own records; without it the records
 // are published once more to MQTT, but inline publishes are never bridged, so
 // Kafka still holds exactly one record per message. A sentinel published
-// last proves nothing else is on its way.
+// last proves nothing else is on its way. It runs with the default
+// kafka.headers, which must keep ferry.origin.
 func TestLoopOverlappingRules(t *testing.T) {
 	for _, skipOwn := range []bool{true, false} {
 		t.Run(fmt.Sprintf("skip_own=%v", skipOwn), func(t *testing.T) {
@@ -76,6 +78,15 @@ func TestLoopOverlappingRules(t *testing.T) {
 				skipOwn, n+1, records, consumed, published, col.len())
 			if records != int64(n+1) {
 				t.Errorf("Kafka holds %d records, want exactly %d", records, n+1)
+			}
+			// The guards hold with the default kafka.headers: the records
+			// carry it, no more (QoS 1, not retained, no expiry).
+			var keys []string
+			for _, h := range readTopic(t, b.KafkaBrokers(), k, 1, 10*time.Second)[0].Headers {
+				keys = append(keys, h.Key)
+			}
+			if want := []string{"mqtt.topic", "mqtt.qos", "mqtt.client_id", "ferry.origin", "mqtt.packet_id"}; !slices.Equal(keys, want) {
+				t.Errorf("records carry %q, want the default set %q", keys, want)
 			}
 			if consumed != float64(n+1) {
 				t.Errorf("reverse consumed %v records, want %d", consumed, n+1)

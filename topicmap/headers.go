@@ -98,7 +98,8 @@ func HeadersToUserProps(dst []UserProperty, headers []Header) ([]UserProperty, i
 
 func mqttString(s string) bool { return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 }
 
-// Standard holds the values carried in the standard headers.
+// Standard holds the values carried in the standard headers (AppendStandard
+// writes them, ParseStandard reads them).
 type Standard struct {
 	Topic    string // HeaderMQTTTopic; omitted when empty
 	QoS      byte   // HeaderQoS
@@ -110,33 +111,8 @@ type Standard struct {
 	Expiry   uint32 // HeaderExpiry; omitted when 0
 
 	// HasQoS and HasRetain report that ParseStandard found a well-formed HeaderQoS /
-	// HeaderRetain (the first of its name); AppendHeaders ignores them.
+	// HeaderRetain (the first of its name); AppendStandard ignores them.
 	HasQoS, HasRetain bool
-}
-
-// AppendHeaders appends s as standard headers to dst.
-func (s Standard) AppendHeaders(dst []Header) []Header {
-	if s.Topic != "" {
-		dst = append(dst, Header{Key: HeaderMQTTTopic, Value: []byte(s.Topic)})
-	}
-	dst = append(dst, Header{Key: HeaderQoS, Value: strconv.AppendUint(nil, uint64(s.QoS), 10)})
-	dst = append(dst, Header{Key: HeaderRetain, Value: strconv.AppendBool(nil, s.Retain)})
-	if s.ClientID != "" {
-		dst = append(dst, Header{Key: HeaderClientID, Value: []byte(s.ClientID)})
-	}
-	if s.PacketID != 0 {
-		dst = append(dst, Header{Key: HeaderPacketID, Value: strconv.AppendUint(nil, uint64(s.PacketID), 10)})
-	}
-	if s.Origin != "" {
-		dst = append(dst, Header{Key: HeaderOrigin, Value: []byte(s.Origin)})
-	}
-	if s.Seq != 0 {
-		dst = append(dst, Header{Key: HeaderSeq, Value: strconv.AppendUint(nil, s.Seq, 10)})
-	}
-	if s.Expiry != 0 {
-		dst = append(dst, Header{Key: HeaderExpiry, Value: strconv.AppendUint(nil, uint64(s.Expiry), 10)})
-	}
-	return dst
 }
 
 // ParseStandard reads the standard headers from headers (the first of each name wins).
@@ -144,26 +120,26 @@ func (s Standard) AppendHeaders(dst []Header) []Header {
 // whether every standard header present was well formed.
 func ParseStandard(headers []Header) (s Standard, ok bool) {
 	ok = true
-	var seen uint8
+	var seen HeaderSet
 	for _, h := range headers {
-		var bit uint8
+		var bit HeaderSet
 		switch h.Key {
 		case HeaderMQTTTopic:
-			bit = 1
+			bit = bitTopic
 		case HeaderQoS:
-			bit = 2
+			bit = bitQoS
 		case HeaderRetain:
-			bit = 4
+			bit = bitRetain
 		case HeaderClientID:
-			bit = 8
+			bit = bitClientID
 		case HeaderPacketID:
-			bit = 16
+			bit = bitPacketID
 		case HeaderOrigin:
-			bit = 32
+			bit = bitOrigin
 		case HeaderSeq:
-			bit = 64
+			bit = bitSeq
 		case HeaderExpiry:
-			bit = 128
+			bit = bitExpiry
 		default:
 			continue
 		}
@@ -173,41 +149,41 @@ func ParseStandard(headers []Header) (s Standard, ok bool) {
 		seen |= bit
 		v := string(h.Value)
 		switch bit {
-		case 1:
+		case bitTopic:
 			s.Topic = v
-		case 2:
+		case bitQoS:
 			q, err := strconv.ParseUint(v, 10, 8)
 			if err != nil || q > 2 {
 				ok = false
 				continue
 			}
 			s.QoS, s.HasQoS = byte(q), true
-		case 4:
+		case bitRetain:
 			r, err := strconv.ParseBool(v)
 			if err != nil {
 				ok = false
 				continue
 			}
 			s.Retain, s.HasRetain = r, true
-		case 8:
+		case bitClientID:
 			s.ClientID = v
-		case 16:
+		case bitPacketID:
 			p, err := strconv.ParseUint(v, 10, 16)
 			if err != nil {
 				ok = false
 				continue
 			}
 			s.PacketID = uint16(p)
-		case 32:
+		case bitOrigin:
 			s.Origin = v
-		case 64:
+		case bitSeq:
 			n, err := strconv.ParseUint(v, 10, 64)
 			if err != nil {
 				ok = false
 				continue
 			}
 			s.Seq = n
-		case 128:
+		case bitExpiry:
 			n, err := strconv.ParseUint(v, 10, 32)
 			if err != nil {
 				ok = false

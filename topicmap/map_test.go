@@ -348,8 +348,8 @@ func TestHeaders(t *testing.T) {
 	if dropped != 2 || len(hs) != 2 || hs[0].Key != "a" || string(hs[1].Value) != "2" {
 		t.Fatalf("UserPropsToHeaders = %+v, %d", hs, dropped)
 	}
-	std := Standard{Topic: "a/b", QoS: 1, Retain: true, ClientID: "c1", PacketID: 7, Origin: "ferry-1", Seq: 42}
-	all := std.AppendHeaders(hs)
+	std := Standard{Topic: "a/b", QoS: 1, Retain: true, ClientID: "c1", PacketID: 7, Origin: "ferry-1", Seq: 42, Expiry: 60}
+	all := AppendStandard(NewHeaderBuilder(AllHeaders, std.Origin), hs, std)
 	back, dropped := HeadersToUserProps(nil, append(all, Header{"bin", []byte{0xff}}))
 	if dropped != 1 || !slices.Equal(back, []UserProperty{{"a", "1"}, {"a", "2"}}) {
 		t.Fatalf("HeadersToUserProps = %+v, %d", back, dropped)
