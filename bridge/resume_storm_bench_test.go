@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,6 +39,9 @@ const stormGroup = 20
 // not present, a message is lost, or one comes out of order.
 //
 //	FERRY_BENCH_SESSIONS=10000 go test -run '^$' -bench BenchmarkResumeStorm -benchtime 1x -timeout 20m ./bridge/
+//
+// FERRY_BENCH_PROFILE_DIR=dir also writes a CPU profile of the second
+// instance during the storm (go tool pprof -top dir/ferry-storm1.cpu).
 func BenchmarkResumeStorm(b *testing.B) {
 	brokers := kafkatest.Brokers(b)
 	n := benchSessions(b, 1000)
@@ -65,6 +70,9 @@ func resumeStorm(b *testing.B, brokers string, n int) {
 	b.StopTimer()
 	run := randHex(3)
 	env := []string{"FERRY_KAFKA_BROKERS=" + brokers}
+	if os.Getenv("FERRY_BENCH_PROFILE_DIR") != "" {
+		env = append(env, "FERRY_HTTP_PPROF=true")
+	}
 	var inst [3]*ferryProcess
 	for i := range inst {
 		inst[i] = startFerry(b, fmt.Sprintf("ferry-storm%d", i), "", append(env, fmt.Sprintf("FERRY_INSTANCE_ID=storm%d-%s", i, run))...)
@@ -120,12 +128,35 @@ func resumeStorm(b *testing.B, brokers string, n int) {
 			res[i] = stormResume(d, inst[1+i%2].MQTTAddr, id(i), &conns[i])
 		}()
 	}
+	// FERRY_BENCH_PROFILE_DIR=dir keeps a CPU profile of the second
+	// instance over the storm's first 8 s (dir/ferry-storm1.cpu; the
+	// processes serve pprof then).
+	profiled := make(chan struct{})
+	if dir := os.Getenv("FERRY_BENCH_PROFILE_DIR"); dir != "" {
+		go func() {
+			defer close(profiled)
+			prof, err := inst[1].get("/debug/pprof/profile?seconds=8")
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, inst[1].name+".cpu"), []byte(prof), 0o600)
+			}
+			if err != nil {
+				b.Errorf("profile: %v", err)
+			}
+		}()
+	} else {
+		close(profiled)
+	}
+	cpu0 := [3]float64{procCPU(b, inst[1].pid()), procCPU(b, inst[2].pid()), procCPU(b, os.Getpid())}
+	busy0, all0 := machineCPU(b)
 	b.StartTimer()
 	start := time.Now()
 	close(gate)
 	wg.Wait()
 	b.StopTimer()
 	took := time.Since(start)
+	busy1, all1 := machineCPU(b)
+	cpu1 := [3]float64{procCPU(b, inst[1].pid()), procCPU(b, inst[2].pid()), procCPU(b, os.Getpid())}
+	<-profiled
 
 	var connack, first, all []time.Duration
 	var failed []string
@@ -150,6 +181,12 @@ func resumeStorm(b *testing.B, brokers string, n int) {
 		b.ReportMetric(quantileSeconds(m.d, 0.99), "s-"+m.name+"-p99")
 	}
 	b.ReportMetric(float64(dups), "duplicates")
+	// Where the machine's CPU went meanwhile: the two instances, this
+	// process (the load generator) and the rest (Kafka, mostly).
+	bridges, gen := cpu1[0]-cpu0[0]+cpu1[1]-cpu0[1], cpu1[2]-cpu0[2]
+	busy := busy1 - busy0
+	b.Logf("CPU over the storm (%.1f s, %d cores): machine busy %.0f%%; instances %.1f s, load generator %.1f s, the rest (Kafka) %.1f s",
+		took.Seconds(), runtime.NumCPU(), 100*busy/(all1-all0), bridges, gen, busy-bridges-gen)
 	b.Logf("%d sessions resumed in %s: CONNACK p50/p99 %.2f/%.2f s, first message %.2f/%.2f s, all %d %.2f/%.2f s; %d duplicates",
 		n, took.Round(time.Millisecond), quantileSeconds(connack, 0.5), quantileSeconds(connack, 0.99),
 		quantileSeconds(first, 0.5), quantileSeconds(first, 0.99), stormGroup,
@@ -285,4 +322,38 @@ func quantileSeconds(d []time.Duration, q float64) float64 {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	i := int(q*float64(len(s))+0.5) - 1
 	return s[min(max(i, 0), len(s)-1)].Seconds()
+}
+
+// procCPU is the CPU time (user and system, seconds) process pid used.
+func procCPU(tb testing.TB, pid int) float64 {
+	tb.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		tb.Fatalf("read /proc/%d/stat: %v", pid, err)
+	}
+	// Fields after the command's closing parenthesis: utime and stime are
+	// the 12th and 13th there (14th and 15th of the line).
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ
+}
+
+// machineCPU is the machine's busy and total CPU time so far (seconds, all
+// cores), from /proc/stat.
+func machineCPU(tb testing.TB) (busy, total float64) {
+	tb.Helper()
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	for i, v := range strings.Fields(line)[1:] {
+		x, _ := strconv.ParseFloat(v, 64)
+		total += x / 100
+		if i != 3 && i != 4 { // idle, iowait
+			busy += x / 100
+		}
+	}
+	return busy, total
 }

@@ -728,3 +728,81 @@ func TestSessionGauges(t *testing.T) {
 		other.Disconnect(100)
 	})
 }
+
+// TestFenceReadDuringResumeKeepsSessionPresent: a survivor fences a dead
+// owner's session (its record says disconnected, by another instance) just
+// as the client resumes it here: the fence is read between this
+// instance's read of the record and its claim. The resume must still say
+// Session Present 1 and deliver: the fence dropped the stand-in client
+// mochi inherits the session from, and the client got Session Present 0
+// with its subscriptions gone (2 of 10,000 in a reconnect storm).
+func TestFenceReadDuringResumeKeepsSessionPresent(t *testing.T) {
+	stateModes(t, func(t *testing.T, ca, cb Config) {
+		a, b := startBridge(t, ca), startBridge(t, cb)
+		id, topic := "fence-"+randHex(4), "fence/"+randHex(4)
+		sub := connectPaho(t, a.MQTTAddr(), id, func(o *pahov3.ClientOptions) { o.SetCleanSession(false) })
+		if tok := sub.Subscribe(topic, 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("subscribe: %v", tok.Error())
+		}
+		sub.Disconnect(100)
+		waitFor(t, 20*time.Second, "the session offline", func() bool { return sessionOffline(a, id) })
+		prev := sessionIn(t, readTable(t, ca.Kafka.Brokers, ca.State.SessionsTopic), id)
+		if prev == nil {
+			t.Fatal("no session record")
+		}
+		w, err := kgo.NewClient(kgo.SeedBrokers(ca.Kafka.Brokers...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		fenced := false
+		b.stateEngine.SetAfterLookup(func(got string) {
+			if got != id || fenced {
+				return
+			}
+			fenced = true
+			f := *prev
+			f.Owner, f.Epoch, f.WillBy = "dead-"+randHex(3), prev.Epoch+1, "survivor-"+randHex(3)
+			v, err := f.Encode()
+			if err == nil {
+				err = w.ProduceSync(context.Background(), &kgo.Record{Topic: ca.State.SessionsTopic, Key: []byte(id), Value: v}).FirstErr()
+			}
+			if err != nil {
+				t.Errorf("fence: %v", err)
+				return
+			}
+			waitFor(t, 10*time.Second, "b reads the fence", func() bool {
+				r := b.stateEngine.Lookup(id)
+				return r != nil && r.WillBy == f.WillBy
+			})
+			time.Sleep(100 * time.Millisecond) // its watcher runs right after
+		})
+		got := make(chan string, 10)
+		sub2 := pahov3.NewClient(pahov3.NewClientOptions().AddBroker("tcp://" + b.MQTTAddr()).SetClientID(id).
+			SetCleanSession(false).SetAutoReconnect(false).
+			SetDefaultPublishHandler(func(_ pahov3.Client, m pahov3.Message) { got <- string(m.Payload()) }))
+		tok := sub2.Connect()
+		if !tok.WaitTimeout(20*time.Second) || tok.Error() != nil {
+			t.Fatalf("reconnect to b: %v", tok.Error())
+		}
+		defer sub2.Disconnect(100)
+		if !fenced {
+			t.Fatal("the fence was not written during the resume")
+		}
+		if !tok.(*pahov3.ConnectToken).SessionPresent() {
+			t.Fatal("a fence read during the resume: Session Present 0, want 1")
+		}
+		pub := connectPaho(t, b.MQTTAddr(), "pub-"+randHex(4))
+		if tok := pub.Publish(topic, 1, false, "hello"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish: %v", tok.Error())
+		}
+		select {
+		case m := <-got:
+			if m != "hello" {
+				t.Fatalf("got %q", m)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the resumed session's subscription did not deliver")
+		}
+	})
+}

@@ -352,6 +352,15 @@ func (e *Engine) SetBeforeWrite(f func(*state.Session)) {
 	e.hook.mu.Unlock()
 }
 
+// SetAfterLookup makes f run in each CONNECT between the read of its
+// client id's record and the claim (tests: a record of the id read at that
+// moment).
+func (e *Engine) SetAfterLookup(f func(id string)) {
+	e.hook.mu.Lock()
+	e.hook.afterLookup = f
+	e.hook.mu.Unlock()
+}
+
 // ShareTopicListing replaces the topic listing the replays share with
 // names, as if requested at at (tests: a listing that lacks a topic).
 func (e *Engine) ShareTopicListing(names []string, at time.Time) {

@@ -62,10 +62,19 @@ type sessionHook struct {
 
 	mu    sync.Mutex
 	owned map[string]*ownedSession
-	lost  *lostSessions // sessions taken over from this instance, for a while
+	// establishing counts the connections of each client id between
+	// OnSessionEstablish's start and their claim's ownership here: a record
+	// of the id read meanwhile (a survivor's fence of a dead owner's
+	// session) must not drop the copy mochi is about to inherit.
+	establishing map[string]int
+	lost         *lostSessions // sessions taken over from this instance, for a while
 	// beforeWrite, when set (tests, under mu), sees each update before
 	// it is written.
 	beforeWrite func(*state.Session)
+	// afterLookup, when set (tests, under mu), runs in OnSessionEstablish
+	// between reading the id's record (and readying the broker's copy of
+	// the session) and claiming it.
+	afterLookup func(id string)
 
 	inj       *Injections      // coordinates of messages being injected
 	replays   *replayer        // nil: no replay (tests of the hook alone)
@@ -119,7 +128,8 @@ func newSessionHook(log *slog.Logger, server *mqtt.Server, table *state.Table, i
 	log = log.With("component", "sessions")
 	return &sessionHook{log: log, server: server, table: table, id: id, timeout: timeout, metrics: m,
 		logs: ratelimit.New(log, 10*time.Second), owned: make(map[string]*ownedSession),
-		lost: newLostSessions(max(time.Minute, 4*timeout))}
+		establishing: make(map[string]int),
+		lost:         newLostSessions(max(time.Minute, 4*timeout))}
 }
 
 func (h *sessionHook) ID() string { return "ferry-sessions" }
@@ -140,6 +150,16 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	if cl.Net.Inline {
 		return
 	}
+	h.mu.Lock()
+	h.establishing[cl.ID]++
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		if h.establishing[cl.ID]--; h.establishing[cl.ID] <= 0 {
+			delete(h.establishing, cl.ID)
+		}
+		h.mu.Unlock()
+	}()
 	if existing, ok := h.server.Clients.Get(cl.ID); ok && existing != cl {
 		// Before mochi moves its messages in flight here (to resend them).
 		h.dropCopies(existing, false)
@@ -215,6 +235,12 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 		if existing, ok := h.server.Clients.Get(cl.ID); ok {
 			h.screenLocal(cl, existing, o.pos)
 		}
+	}
+	h.mu.Lock()
+	after := h.afterLookup
+	h.mu.Unlock()
+	if after != nil {
+		after(cl.ID)
 	}
 	o.rec = rec
 	if o.pos != nil {

@@ -118,6 +118,7 @@ func (h *sessionHook) onChange(c state.Change) {
 	if o != nil {
 		epoch = o.rec.Epoch
 	}
+	establishing := h.establishing[c.Key] > 0
 	h.mu.Unlock()
 	if c.Superseded {
 		// A write of this instance already stands for the key: all this
@@ -146,7 +147,10 @@ func (h *sessionHook) onChange(c state.Change) {
 	case o == nil:
 		// Not ours. A copy this broker still holds of the session (an
 		// offline session loaded at start) is stale now.
-		if rec == nil || rec.Owner != h.id {
+		// A connection of the id establishing here decides about that copy
+		// itself (it read the table to its end: what it resumes is at least
+		// as new as this record).
+		if (rec == nil || rec.Owner != h.id) && !establishing {
 			h.dropLocal(c.Key, nil, false)
 		}
 	case rec != nil && rec.Owner == h.id && rec.Epoch == epoch:
