@@ -72,6 +72,11 @@ func (c *writeTimeoutConn) cork() {
 	c.mu.Unlock()
 }
 
+// Cork and Uncork are cork and uncork for the session engine's replays
+// (session: a replay writes each fetch's deliveries corked).
+func (c *writeTimeoutConn) Cork()   { c.cork() }
+func (c *writeTimeoutConn) Uncork() { c.uncork() }
+
 // uncork writes what was held. A write error closes the connection (see
 // write), which ends the session; the writers that were told success are
 // mochi's (for an ending connection) and the acknowledgement queue.
