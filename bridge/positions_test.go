@@ -1,8 +1,19 @@
 package bridge
 
 import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-bridge/ferry/state"
 	"github.com/ferry-bridge/ferry/topicmap"
@@ -69,4 +80,98 @@ func pendingOf(rec *state.Session) []state.Pending {
 		return nil
 	}
 	return rec.Pending
+}
+
+// TestCheckpointsGoOutTogether: the positions of many sessions that moved
+// in the same second are written together, not one acknowledged write
+// after the other. 200 persistent sessions each acknowledge one delivery;
+// every produce request for the sessions topic takes 20 ms (kfake); the
+// checkpoint round must write every position with far fewer requests
+// than sessions (one after the other, they took 200 requests and 4 s).
+func TestCheckpointsGoOutTogether(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cfg := testConfig(strings.Join(c.ListenAddrs(), ","))
+	cfg.State.SessionsTopic, cfg.State.RetainedTopic = "_ferry_sessions_cp"+randHex(3), "_ferry_retained_cp"+randHex(3)
+	b := startBridge(t, cfg)
+	const n = 200
+	run := randHex(3)
+	topic := "cp/" + run
+	ktopic, err := topicmap.EncodeTopic(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := make([]*lightClient, n)
+	t.Cleanup(func() {
+		for _, cl := range conns {
+			if cl != nil {
+				cl.close()
+			}
+		}
+	})
+	dialEach(t, 16, 0, n, "sessions failed", func(d *net.Dialer, i int) error {
+		cl, err := dialLightConnect(d, b.MQTTAddr(), stormConnect(fmt.Sprintf("cp%s-%d", run, i)))
+		if err == nil {
+			conns[i] = cl
+			err = cl.subscribe(4, topic, 1)
+		}
+		return err
+	})
+	// Produce v13 names a topic by its id.
+	adm, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	tds, err := kadm.NewClient(adm).ListTopics(context.Background(), cfg.State.SessionsTopic)
+	if err != nil || tds.Error() != nil {
+		t.Fatalf("sessions topic: %v %v", err, tds.Error())
+	}
+	sessionsID := tds[cfg.State.SessionsTopic].ID
+	var writes atomic.Int64
+	c.ControlKey(kmsg.Produce.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		for _, rt := range req.(*kmsg.ProduceRequest).Topics {
+			if rt.Topic == cfg.State.SessionsTopic || rt.TopicID == sessionsID {
+				writes.Add(1)
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		return nil, nil, false
+	})
+	pub := connectPaho(t, b.MQTTAddr(), "pub-"+run)
+	publishN(t, pub, topic, 0, 1)
+	dialEach(t, 16, 0, n, "deliveries failed", func(_ *net.Dialer, i int) error {
+		cl := conns[i]
+		_ = cl.conn.SetDeadline(time.Now().Add(20 * time.Second))
+		for {
+			typ, body, err := cl.read()
+			if err != nil {
+				return err
+			}
+			if typ>>4 == packets.Publish {
+				tl := int(body[0])<<8 | int(body[1])
+				pid := body[2+tl : 4+tl]
+				cl.out.Write([]byte{packets.Puback << 4, 2, pid[0], pid[1]})
+				return cl.flush()
+			}
+		}
+	})
+	before := writes.Load()
+	waitFor(t, 30*time.Second, "every session's position written", func() bool {
+		for i := range n {
+			if !positionAt(b.stateEngine.Lookup(fmt.Sprintf("cp%s-%d", run, i)), ktopic, 1) {
+				return false
+			}
+		}
+		return true
+	})
+	if got := writes.Load() - before; got > n/4 {
+		t.Fatalf("%d sessions' checkpoints took %d produce requests: written one after the other", n, got)
+	} else {
+		t.Logf("%d sessions' checkpoints: %d produce requests", n, got)
+	}
 }
