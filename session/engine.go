@@ -205,6 +205,11 @@ func Open(cfg Config, d Deps) (*Engine, error) {
 	hook.wills = e.wills
 	sessions := tc(cfg.SessionsTopic)
 	sessions.Tag = sessionTag
+	// Only the records of sessions connected here stay in memory; the
+	// others (offline, or served elsewhere: most of a fleet's, on every
+	// instance) are read from Kafka when a client resumes one.
+	sessions.Keep = servedHere(cfg.InstanceID)
+	sessions.Fetch = hook.replays.reads.record(cfg.SessionsTopic)
 	if e.sessions, err = state.Open(sessions, d.Log, hook.onChange); err != nil {
 		return e, fmt.Errorf("sessions: %w", err)
 	}
@@ -320,7 +325,12 @@ func (e *Engine) Close() {
 
 // Lookup returns the record this instance has read of client's session
 // (nil: none, or ended).
-func (e *Engine) Lookup(client string) *state.Session { return e.hook.lookup(client) }
+func (e *Engine) Lookup(client string) *state.Session {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rec, _ := e.hook.lookup(ctx, client)
+	return rec
+}
 
 // Owned is how many sessions this instance holds an object for: those of
 // its connected clients (an offline one is its record). For tests and

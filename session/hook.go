@@ -192,7 +192,15 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 				"client", cl.ID, "err", err)
 		}
 	}
-	prev := h.lookup(cl.ID)
+	prev, err := h.lookup(ctx, cl.ID)
+	if err != nil {
+		if pers {
+			h.refuse(cl, err)
+			return
+		}
+		// A clean session's claim only needs a higher epoch: the clock's.
+		h.logs.Warn("connect-read:"+err.Error(), "session record not read: a clean session starts without it", "client", cl.ID, "err", err)
+	}
 	resumed := resume && prev != nil && !prev.Clean && !prev.Expired(start, h.maxExpiry())
 	// A resumed session keeps its record (subscriptions, queue) while
 	// connected, also when it ends with this connection (expiry 0: its

@@ -633,3 +633,24 @@ func isRetriable(err error) bool {
 	var ke *kerr.Error
 	return errors.As(err, &ke) && ke.Retriable
 }
+
+// record is a state.TableConfig.Fetch for topic: the record at a
+// partition's offset, through the shared fetches (the resumes of a storm
+// read their sessions' records together).
+func (r *reads) record(topic string) func(ctx context.Context, part int32, off int64) ([]byte, []byte, error) {
+	return func(ctx context.Context, part int32, off int64) ([]byte, []byte, error) {
+		k := tp{topic, part}
+		got, err := r.fetch(ctx, map[tp]int64{k: off})
+		if err != nil {
+			return nil, nil, err
+		}
+		f := got[k]
+		if f.err != nil {
+			return nil, nil, f.err
+		}
+		if len(f.recs) > 0 && f.recs[0].Offset == off && !f.recs[0].Attrs.IsControl() {
+			return f.recs[0].Key, f.recs[0].Value, nil
+		}
+		return nil, nil, nil // not there (compacted away): the caller reads on
+	}
+}

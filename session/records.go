@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"sync"
@@ -298,22 +299,37 @@ func (h *sessionHook) repair(o *ownedSession) {
 	h.metrics.repaired.Inc()
 }
 
-func (h *sessionHook) lookup(id string) *state.Session {
-	v, ok := h.table.Get(id)
-	if !ok {
-		return nil
+// lookup is the id's session record as this instance has read it (from
+// Kafka again when the table does not keep it in memory: servedHere); an
+// error only when that read failed.
+func (h *sessionHook) lookup(ctx context.Context, id string) (*state.Session, error) {
+	v, ok, err := h.table.Read(ctx, id)
+	if err != nil || !ok {
+		return nil, err
 	}
 	rec, err := state.DecodeSession(v)
 	if err != nil {
 		h.logs.Warn("decode:"+id, "unreadable session record: starting a new session", "client", id, "err", err)
-		return nil
+		return nil, nil
 	}
 	if rec.Owner == h.id {
 		if stale, ended := h.lost.stale(id, rec); stale && ended {
-			return nil // our late write of a session ended since (onChange deletes it)
+			return nil, nil // our late write of a session ended since (onChange deletes it)
 		}
 	}
-	return rec
+	return rec, nil
+}
+
+// servedHere is the sessions table's Keep: a record stays in memory when
+// it says its client is connected to this instance (it is read on every
+// CONNECT, disconnect and checkpoint of the session). A cheap look at the
+// encoded record: a false positive only keeps a record, a miss reads it
+// from Kafka.
+func servedHere(instance string) func([]byte) bool {
+	id, _ := json.Marshal(instance)
+	owner := append([]byte(`"owner":`), id...)
+	connected := []byte(`"connected":true`)
+	return func(v []byte) bool { return bytes.Contains(v, owner) && bytes.Contains(v, connected) }
 }
 
 // recordOf is the claim of cl's connection; keep: the session has state of

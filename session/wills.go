@@ -331,7 +331,7 @@ func (w *willKeeper) expire(due map[string]offRef) {
 	var deleted, failed atomic.Int32
 	var wg sync.WaitGroup
 	for k, r := range due {
-		cur := w.lookup(k)
+		cur := w.lookup(ctx, k)
 		if cur == nil || cur.Owner != r.owner || cur.Epoch != r.epoch || !cur.Expired(now, w.maxExpiry) ||
 			cur.Owner == w.id && w.owns != nil && w.owns(k) {
 			continue
@@ -480,7 +480,7 @@ func (w *willKeeper) fence(k string, p *pendingWill, log *slog.Logger) *state.Se
 		log.Debug("dead owner's session: table not read to its end", "err", err)
 		return nil
 	}
-	cur := w.lookup(k)
+	cur := w.lookup(ctx, k)
 	if cur == nil || !cur.Connected || cur.Owner != p.owner || cur.Epoch != p.epoch {
 		return nil
 	}
@@ -529,9 +529,9 @@ func (w *willKeeper) isCancelled(p *pendingWill) bool {
 	return p.cancelled
 }
 
-func (w *willKeeper) lookup(k string) *state.Session {
-	v, ok := w.table.Get(k)
-	if !ok {
+func (w *willKeeper) lookup(ctx context.Context, k string) *state.Session {
+	v, ok, err := w.table.Read(ctx, k)
+	if err != nil || !ok {
 		return nil
 	}
 	s, err := state.DecodeSession(v)

@@ -1,10 +1,12 @@
 package state
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,4 +74,109 @@ func TestTableHoldsOnlyLatestValues(t *testing.T) {
 		t.Fatalf("the table holds %.0f B per key for %d B values: it keeps more than each key's latest value", per, size)
 	}
 	runtime.KeepAlive(tb)
+}
+
+// TestTableKeepsOnlyWhatKeepSays: with TableConfig.Keep, a value it does
+// not keep costs the table its key and where its record is, not its bytes
+// (the sessions an instance does not serve), and Read still returns it,
+// from Kafka; a kept one stays in memory. 2,000 keys of 800 B values, one
+// in ten kept: the table's heap must grow by far less than the values.
+func TestTableKeepsOnlyWhatKeepSays(t *testing.T) {
+	brokers := newCluster(t)
+	const keys, size = 2000, 800
+	openTable(t, brokers, nil).Close() // creates the topic
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("_ferry_test"),
+		kgo.AllowAutoTopicCreation(), kgo.ProducerLinger(0), kgo.ConsumeTopics("_ferry_test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	value := func(k int) []byte {
+		v := make([]byte, size)
+		for i := range v {
+			v[i] = byte('a' + (k+i)%26)
+		}
+		if k%10 == 0 {
+			copy(v, "keep")
+		}
+		return v
+	}
+	recs := make([]*kgo.Record, 0, keys)
+	for k := range keys {
+		recs = append(recs, &kgo.Record{Key: fmt.Appendf(nil, "client-%d", k), Value: value(k)})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	recs = nil
+	var fetches atomic.Int64
+	fetch := func(ctx context.Context, part int32, off int64) ([]byte, []byte, error) {
+		fetches.Add(1)
+		r, err := fetchOne(ctx, brokers, "_ferry_test", part, off)
+		if err != nil || r == nil {
+			return nil, nil, err
+		}
+		return r.Key, r.Value, nil
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	tb, err := Open(TableConfig{Brokers: brokers, Topic: "_ferry_test", Partitions: 4, ReplicationFactor: 1,
+		Keep: func(v []byte) bool { return bytes.HasPrefix(v, []byte("keep")) }, Fetch: fetch}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	<-tb.Loaded()
+	if n := tb.Len(); n != keys {
+		t.Fatalf("table has %d keys, want %d", n, keys)
+	}
+	per := float64(int64(heap())-int64(before)) / keys
+	t.Logf("%d keys of %d B values, one in ten kept: table heap %.0f B per key", keys, size, per)
+	if per > size/2 {
+		t.Errorf("the table holds %.0f B per key for %d B values of which one in ten is kept: it keeps the others too", per, size)
+	}
+	for _, k := range []int{0, 1, 7, 10, 1999} {
+		v, ok, err := tb.Read(ctx, fmt.Sprintf("client-%d", k))
+		if err != nil || !ok || !bytes.Equal(v, value(k)) {
+			t.Fatalf("Read client-%d: %.8q (present %v, %v)", k, v, ok, err)
+		}
+	}
+	if n := fetches.Load(); n != 3 {
+		t.Errorf("5 Reads, 2 of kept values: %d fetches from Kafka, want 3", n)
+	}
+	if _, ok, err := tb.Read(ctx, "nobody"); ok || err != nil {
+		t.Errorf("Read of an absent key: present %v, %v", ok, err)
+	}
+}
+
+// fetchOne reads the record at partition/offset of topic (nil if none).
+func fetchOne(ctx context.Context, brokers []string, topic string, part int32, off int64) (*kgo.Record, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {part: kgo.NewOffset().At(off)}}))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	for {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		for _, r := range fs.Records() {
+			if r.Offset == off {
+				return r, nil
+			}
+			if r.Offset > off {
+				return nil, nil
+			}
+		}
+	}
 }

@@ -33,6 +33,14 @@ type TableConfig struct {
 	// online or offline, say) when it enters the table; Count returns how
 	// many keys have each kind, without reading the table.
 	Tag func(value []byte) uint8
+	// Keep, if not nil, says which values stay in memory once read or
+	// written; for the others the table keeps only where the record is
+	// (its partition and offset), and Read reads it from Kafka again
+	// through Fetch, which Keep requires. Tag sees every value first.
+	Keep func(value []byte) bool
+	// Fetch reads the record of the topic at partition and offset (key and
+	// value read only; nil, nil: no record there now, compacted away).
+	Fetch func(ctx context.Context, partition int32, offset int64) (key, value []byte, err error)
 }
 
 // Change is one record of the table as the reader applied it.
@@ -75,20 +83,34 @@ type Table struct {
 }
 
 type row struct {
-	value  []byte
+	value  []byte // nil: a tombstone not yet read back, or not kept (gone)
 	offset int64
 	part   int32
 	tag    uint8 // TableConfig.Tag of value
+	gone   bool  // a value TableConfig.Keep left in Kafka
 }
 
-// set stores r under k and keeps the counts by tag (t.mu held).
-func (t *Table) set(k string, r row) {
-	if r.value != nil && t.cfg.Tag != nil {
-		r.tag = t.cfg.Tag(r.value)
+// present reports whether the row stands for a value (in memory or not).
+func (r row) present() bool { return r.value != nil || r.gone }
+
+// set stores r under k and keeps the counts by tag (t.mu held). A value
+// Keep does not keep is dropped here; copy says whether a kept one must be
+// copied first (it is a slice of a fetch's buffer).
+func (t *Table) set(k string, r row, copy bool) {
+	if r.value != nil {
+		if t.cfg.Tag != nil {
+			r.tag = t.cfg.Tag(r.value)
+		}
+		switch {
+		case t.cfg.Keep != nil && !t.cfg.Keep(r.value):
+			r.value, r.gone = nil, true
+		case copy:
+			r.value = bytes.Clone(r.value)
+		}
 	}
 	t.uncount(k)
 	t.rows[k] = r
-	if r.value != nil {
+	if r.present() {
 		t.counts[r.tag]++
 	}
 }
@@ -100,7 +122,7 @@ func (t *Table) remove(k string) {
 }
 
 func (t *Table) uncount(k string) {
-	if cur, ok := t.rows[k]; ok && cur.value != nil {
+	if cur, ok := t.rows[k]; ok && cur.present() {
 		t.counts[cur.tag]--
 	}
 }
@@ -121,6 +143,9 @@ func Open(cfg TableConfig, log *slog.Logger, watch func(Change)) (*Table, error)
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 5 * time.Second
+	}
+	if cfg.Keep != nil && cfg.Fetch == nil {
+		return nil, fmt.Errorf("state %s: TableConfig.Keep needs Fetch", cfg.Topic)
 	}
 	opts := append([]kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
@@ -258,6 +283,10 @@ func (t *Table) read() {
 			t.mu.Lock()
 			t.pos = make(map[int32]int64)
 			for k, r := range t.rows {
+				if r.gone { // nothing of it in memory, nor in the new topic
+					t.remove(k)
+					continue
+				}
 				r.offset = -1
 				t.rows[k] = r
 			}
@@ -308,9 +337,10 @@ func (t *Table) apply(r *kgo.Record) bool {
 		t.remove(k) // the reader is past every older record of k
 		return true
 	}
-	// A copy: r.Value is a slice of the fetch's buffer, which holds every
-	// other record of the fetch too (older values of this and other keys).
-	t.set(k, row{value: bytes.Clone(r.Value), offset: r.Offset, part: r.Partition})
+	// Copied when kept: r.Value is a slice of the fetch's buffer, which
+	// holds every other record of the fetch too (older values of this and
+	// other keys).
+	t.set(k, row{value: r.Value, offset: r.Offset, part: r.Partition}, true)
 	return true
 }
 
@@ -430,7 +460,8 @@ func (t *Table) endOffsets(ctx context.Context) (kadm.ListedOffsets, error) {
 	}
 }
 
-// Get returns the key's value as last read or written here.
+// Get returns the key's value as last read or written here, if the table
+// keeps it in memory (TableConfig.Keep; Read reads the others).
 func (t *Table) Get(key string) ([]byte, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -441,7 +472,38 @@ func (t *Table) Get(key string) ([]byte, bool) {
 	return r.value, true
 }
 
-// Each calls fn for every key and value (a snapshot; fn may call the table).
+// Read returns the key's value as last read or written here, from memory
+// or, for a value TableConfig.Keep left in Kafka, from its record there.
+// The value is read only.
+func (t *Table) Read(ctx context.Context, key string) ([]byte, bool, error) {
+	for range 3 {
+		t.mu.Lock()
+		r, ok := t.rows[key]
+		t.mu.Unlock()
+		if !ok || !r.present() {
+			return nil, false, nil
+		}
+		if !r.gone {
+			return r.value, true, nil
+		}
+		k, v, err := t.cfg.Fetch(ctx, r.part, r.offset)
+		if err != nil {
+			return nil, false, fmt.Errorf("state %s: read %q: %w", t.cfg.Topic, key, err)
+		}
+		if v != nil && string(k) == key {
+			return v, true, nil
+		}
+		// Compacted away: a newer record of the key is there, which the
+		// reader applies before Sync returns.
+		if err := t.Sync(ctx); err != nil {
+			return nil, false, fmt.Errorf("state %s: read %q: %w", t.cfg.Topic, key, err)
+		}
+	}
+	return nil, false, fmt.Errorf("state %s: read %q: its record is not where the table says", t.cfg.Topic, key)
+}
+
+// Each calls fn for every key and value in memory (a snapshot; fn may call
+// the table; values TableConfig.Keep left in Kafka are not in it).
 func (t *Table) Each(fn func(key string, value []byte)) {
 	t.mu.Lock()
 	snap := make(map[string][]byte, len(t.rows))
@@ -548,7 +610,7 @@ func (t *Table) applyWrite(key string, value []byte, r *kgo.Record) {
 	}
 	// A tombstone stays as a nil row until the reader passes it: an older
 	// record of the key read later must not bring the key back.
-	t.set(key, row{value: value, offset: r.Offset, part: r.Partition})
+	t.set(key, row{value: value, offset: r.Offset, part: r.Partition}, false)
 }
 
 // Flush waits until every write issued so far is acknowledged or failed,
