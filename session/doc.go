@@ -46,8 +46,10 @@
 // # What a resume reads
 //
 // A CONNECT with Clean Start 0 reads the sessions table to its end
-// (read-your-writes), whatever the CONNECT's expiry says, and claims the
-// session before CONNACK; the subscriptions are checked against the
+// (read-your-writes), whatever the CONNECT's expiry says, then the
+// session's record (from Kafka: an instance keeps in memory only the
+// records of sessions connected to it), and claims the session before
+// CONNACK; the subscriptions are checked against the
 // connecting user's ACL. The replay then reads every partition the
 // subscriptions can draw from (topics that map back to a matching MQTT
 // topic, the reverse topics, every partition with a position) from the

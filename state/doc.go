@@ -4,8 +4,9 @@
 //
 // The contract:
 //
-//   - A Table is one compacted topic read whole into memory: key -> the
-//     value of its last record. Put and Delete return only once Kafka has
+//   - A Table is one compacted topic read whole: key -> the value of its
+//     last record, in memory, or only where that record is when
+//     TableConfig.Keep leaves the value in Kafka (Read reads it again). Put and Delete return only once Kafka has
 //     acknowledged the record with acks=all (the idempotent producer keeps
 //     the writes of one key in order under retries, which kafka-go cannot:
 //     a retried older write landing after a newer one would revert a key in
@@ -13,8 +14,9 @@
 //     non-nil value is a value.
 //   - Read-your-writes: Sync returns once this instance has applied every
 //     record appended to the table before Sync was called (it lists the end
-//     offsets, then waits for the reader to pass them). A Get after Sync
-//     sees the latest write of any instance.
+//     offsets, then waits for the reader to pass them; concurrent Syncs
+//     share a listing that started after each was called). A Read after
+//     Sync sees the latest write of any instance.
 //   - Order: the table applies records in log order, the order compaction
 //     keeps. What a value means (an epoch that fences a stale owner, for
 //     one) is the caller's; the watcher sees every record as it is read,
