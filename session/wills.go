@@ -91,6 +91,7 @@ type willKeeper struct {
 	handled  map[string]int64   // client id -> epoch of the fence this instance wrote
 	conn     map[string]connRef // sessions marked connected, as read (saw)
 	offline  map[string]offRef  // sessions marked disconnected, as read (saw)
+	owners   map[string]string  // the owners' ids, one string each (intern)
 
 	sweeping atomic.Bool // a sweep is running
 }
@@ -137,7 +138,7 @@ func newWillKeeper(log *slog.Logger, id, sessions string, start time.Time, lapse
 	return &willKeeper{log: log.With("component", "wills"), id: id, sessions: sessions, start: start, lapse: lapse, timeout: timeout,
 		metrics: m, slots: make(chan struct{}, maxWillWorkers), stop: stop,
 		beats: make(map[string]instanceBeat), pending: make(map[string]*pendingWill), handled: make(map[string]int64),
-		conn: make(map[string]connRef), offline: make(map[string]offRef)}
+		conn: make(map[string]connRef), offline: make(map[string]offRef), owners: make(map[string]string)}
 }
 
 // beat records a heartbeat read from _ferry_instances (the caller's
@@ -373,12 +374,12 @@ func (w *willKeeper) saw(k string, rec *state.Session) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if rec != nil && rec.Connected {
-		w.conn[k] = connRef{owner: rec.Owner, epoch: rec.Epoch}
+		w.conn[k] = connRef{owner: w.intern(rec.Owner), epoch: rec.Epoch}
 	} else {
 		delete(w.conn, k)
 	}
 	if at := expiresAt(rec, w.maxExpiry); at != 0 {
-		w.offline[k] = offRef{owner: rec.Owner, epoch: rec.Epoch, expires: at}
+		w.offline[k] = offRef{owner: w.intern(rec.Owner), epoch: rec.Epoch, expires: at}
 	} else {
 		delete(w.offline, k)
 	}
@@ -521,6 +522,20 @@ func expiresAt(rec *state.Session, limit uint32) int64 {
 		return 0
 	}
 	return rec.ExpiresAt(limit)
+}
+
+// intern returns one string per instance id (w.mu held): the offline
+// sessions of a fleet each name one of a few owners, and a decoded record's
+// owner is a fresh string every time.
+func (w *willKeeper) intern(owner string) string {
+	if s, ok := w.owners[owner]; ok {
+		return s
+	}
+	if len(w.owners) >= 4096 { // ids of instances long gone: start again
+		clear(w.owners)
+	}
+	w.owners[owner] = owner
+	return owner
 }
 
 func (w *willKeeper) isCancelled(p *pendingWill) bool {
