@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 
@@ -97,14 +98,33 @@ func sessionTag(v []byte) uint8 {
 		Connected bool `json:"connected"`
 		Clean     bool `json:"clean"`
 	}
+	if head, ok := recordHead(v); ok {
+		// Every record read, on every instance: no JSON decoding.
+		s.Connected, s.Clean = bytes.Contains(head, []byte(`"connected":true`)), bytes.Contains(head, []byte(`"clean":true`))
+	} else if json.Unmarshal(v, &s) != nil {
+		return tagOther
+	}
 	switch {
-	case json.Unmarshal(v, &s) != nil || s.Clean:
+	case s.Clean:
 		return tagOther
 	case s.Connected:
 		return tagOnline
 	default:
 		return tagOffline
 	}
+}
+
+// recordHead is the part of an encoded session record before its first
+// field that is not a scalar (state.Session's order: client, owner,
+// epoch, connected, disconnected, clean, expiry come first; strings are
+// escaped, so a search for `"clean":true` there finds only the field).
+// false: not a record state.Session.Encode wrote.
+func recordHead(v []byte) ([]byte, bool) {
+	i := bytes.Index(v, []byte(`,"protocol":`))
+	if i < 0 || !bytes.HasPrefix(v, []byte(`{"v":`)) {
+		return nil, false
+	}
+	return v[:i], true
 }
 
 // registerSessionGauges exports how many sessions the table holds, online

@@ -329,7 +329,12 @@ func servedHere(instance string) func([]byte) bool {
 	id, _ := json.Marshal(instance)
 	owner := append([]byte(`"owner":`), id...)
 	connected := []byte(`"connected":true`)
-	return func(v []byte) bool { return bytes.Contains(v, owner) && bytes.Contains(v, connected) }
+	return func(v []byte) bool {
+		if head, ok := recordHead(v); ok {
+			v = head
+		}
+		return bytes.Contains(v, owner) && bytes.Contains(v, connected)
+	}
 }
 
 // recordOf is the claim of cl's connection; keep: the session has state of
