@@ -30,6 +30,7 @@ import (
 type topicLister struct {
 	list   func(ctx context.Context) ([]string, error)
 	maxAge time.Duration
+	minGap time.Duration            // between the starts of two listings
 	took   func(time.Duration, int) // if not nil: each listing's time (debug)
 
 	mu    sync.Mutex
@@ -41,8 +42,11 @@ type topicLister struct {
 // topicsMaxAge is how old a listing the first pass of a replay may use.
 const topicsMaxAge = 2 * time.Second
 
+// topicsMinGap is the least time between the starts of two listings.
+const topicsMinGap = 200 * time.Millisecond
+
 func newTopicLister(admin *kadm.Client) *topicLister {
-	return &topicLister{maxAge: topicsMaxAge, list: func(ctx context.Context) ([]string, error) {
+	return &topicLister{maxAge: topicsMaxAge, minGap: topicsMinGap, list: func(ctx context.Context) ([]string, error) {
 		md, err := admin.ListTopics(ctx)
 		if err != nil {
 			return nil, err
@@ -62,6 +66,17 @@ func (l *topicLister) since(ctx context.Context, t time.Time) ([]string, error) 
 	defer l.mu.Unlock()
 	if l.names != nil && !l.at.Before(t) {
 		return l.names, nil
+	}
+	// Listings at most every topicsMinGap: a storm's replays go live one
+	// after the other, and each listing of a big cluster costs the
+	// instance tens of milliseconds of CPU; those that went live meanwhile
+	// share the next one (it starts after them).
+	if wait := time.Until(l.at.Add(l.minGap)); l.names != nil && wait > 0 {
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, fmt.Errorf("list topics: %w", ctx.Err())
+		}
 	}
 	at := time.Now()
 	names, err := l.list(ctx)

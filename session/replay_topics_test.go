@@ -4,6 +4,8 @@ import (
 	"context"
 	"maps"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,5 +78,37 @@ func TestTopicIndexMatchesAsEachName(t *testing.T) {
 	}
 	if len(idx.reverse) != 1 || idx.reverse[0] != "rev-1" || idx.all["_ferry_sessions"] {
 		t.Errorf("reverse %v, Ferry topic in the index %v", idx.reverse, idx.all["_ferry_sessions"])
+	}
+}
+
+// TestTopicListerSpacesListings: listings start at least minGap apart;
+// the callers that needed a newer one meanwhile share the next.
+func TestTopicListerSpacesListings(t *testing.T) {
+	var calls atomic.Int32
+	l := &topicLister{maxAge: time.Hour, minGap: 100 * time.Millisecond, list: func(context.Context) ([]string, error) {
+		calls.Add(1)
+		return []string{"t"}, nil
+	}}
+	ctx := context.Background()
+	start := time.Now()
+	if _, err := l.since(ctx, start); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := l.since(ctx, time.Now()); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if took := time.Since(start); took < l.minGap {
+		t.Errorf("a second listing %s after the first, want at least %s", took, l.minGap)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("21 callers, each needing a listing after its call: %d listings, want 2", n)
 	}
 }
