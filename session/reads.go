@@ -47,7 +47,8 @@ type reads struct {
 	times    []*timesQuery
 	timing   bool // timesLoop runs
 	fetches  map[tp][]*fetchWait
-	fetching bool // fetchLoop runs
+	fetching bool   // fetchLoop runs
+	round    uint64 // fetch rounds started
 	leaders  map[string]topicMeta
 }
 
@@ -346,9 +347,10 @@ type fetched struct {
 
 // fetchWait is one partition of one caller's fetch.
 type fetchWait struct {
-	off  int64
-	ans  chan fetched // buffered 1
-	gone bool         // the caller left (r.mu)
+	off    int64
+	ans    chan fetched // buffered 1
+	gone   bool         // the caller left (r.mu)
+	joined uint64       // reads.round when it was asked for (r.mu)
 }
 
 // fetch returns records of each partition of from, from its offset there
@@ -358,7 +360,7 @@ func (r *reads) fetch(ctx context.Context, from map[tp]int64) (map[tp]fetched, e
 	waits := make(map[tp]*fetchWait, len(from))
 	r.mu.Lock()
 	for k, off := range from {
-		w := &fetchWait{off: off, ans: make(chan fetched, 1)}
+		w := &fetchWait{off: off, ans: make(chan fetched, 1), joined: r.round}
 		waits[k] = w
 		r.fetches[k] = append(r.fetches[k], w)
 	}
@@ -411,31 +413,45 @@ func (r *reads) fetchLoop() {
 			r.mu.Unlock()
 			return
 		}
+		r.round++
+		round := r.round
 		r.mu.Unlock()
 		answers, progress := r.fetchRound(from)
 		r.mu.Lock()
-		for k, f := range answers {
-			ws := r.fetches[k]
-			kept := ws[:0]
-			for _, w := range ws {
-				if w.gone {
-					continue
-				}
+		r.settle(round, from, answers)
+		r.mu.Unlock()
+		if !progress {
+			time.Sleep(readsRetry)
+		}
+	}
+}
+
+// settle hands the answers of round (fetched from the offsets of from) to
+// the fetches that were waiting when it started (r.mu held). One asked for
+// while the round was on its way waits for the next: the answer may be
+// older than what its caller knows (a high watermark below the end offset
+// it listed since, which read as "nothing more there" skipped the
+// records in between: one message lost in the sessions soak).
+func (r *reads) settle(round uint64, from map[tp]int64, answers map[tp]fetched) {
+	for k, f := range answers {
+		ws := r.fetches[k]
+		kept := ws[:0]
+		for _, w := range ws {
+			if w.gone {
+				continue
+			}
+			if w.joined < round {
 				if a, ok := answerFor(w.off, from[k], f); ok {
 					w.ans <- a
 					continue
 				}
-				kept = append(kept, w)
 			}
-			if len(kept) == 0 {
-				delete(r.fetches, k)
-			} else {
-				r.fetches[k] = kept
-			}
+			kept = append(kept, w)
 		}
-		r.mu.Unlock()
-		if !progress {
-			time.Sleep(readsRetry)
+		if len(kept) == 0 {
+			delete(r.fetches, k)
+		} else {
+			r.fetches[k] = kept
 		}
 	}
 }

@@ -162,3 +162,33 @@ func sharedFetches(t *testing.T, brokers []string, fetches *atomic.Int64) {
 		t.Error(err)
 	}
 }
+
+// TestFetchAskedDuringARoundWaitsForTheNext: a fetch asked for while a
+// round was on its way is not answered by that round, even when the
+// answer reaches its offset: the answer may be older than what the caller
+// knows. (A high watermark of 34 from a round started before the caller
+// listed an end of 40 read as "nothing more": 34-39 were skipped.)
+func TestFetchAskedDuringARoundWaitsForTheNext(t *testing.T) {
+	r := newReads(nil)
+	k := tp{"t", 0}
+	early := &fetchWait{off: 34, ans: make(chan fetched, 1), joined: 0}
+	late := &fetchWait{off: 34, ans: make(chan fetched, 1), joined: 1}
+	r.fetches[k] = []*fetchWait{early, late}
+	r.settle(1, map[tp]int64{k: 30}, map[tp]fetched{k: {hwm: 34, logStart: -1, recs: []*kgo.Record{{Offset: 30}, {Offset: 33}}}})
+	select {
+	case a := <-early.ans:
+		if len(a.recs) != 0 || a.hwm != 34 {
+			t.Errorf("the waiting fetch got %+v", a)
+		}
+	default:
+		t.Error("the fetch waiting when the round started got no answer")
+	}
+	select {
+	case a := <-late.ans:
+		t.Errorf("a fetch asked for during the round got its answer %+v", a)
+	default:
+	}
+	if ws := r.fetches[k]; len(ws) != 1 || ws[0] != late {
+		t.Errorf("waiting after the round: %v, want the late fetch", ws)
+	}
+}
