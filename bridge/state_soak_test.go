@@ -393,6 +393,7 @@ type soakFigures struct {
 	resumed, v5           int
 	dupsResumed           int // duplicates of the sessions resumed after the kill
 	final                 int // sessions resumed again at the end (the default mode)
+	finalDups             int // duplicates that came on those final resumes
 	resumeShort           int // sessions resumed after the kill lacking what was acknowledged before (the default mode)
 	firstAfter            latencies
 	noneAfter, notPending int
@@ -426,6 +427,9 @@ func (f *soakFigures) add(s *soakSession, delivered, dups int) {
 	}
 	if final {
 		f.final++
+		s.mu.Lock()
+		f.finalDups += s.finalDups
+		s.mu.Unlock()
 	}
 }
 
@@ -439,7 +443,8 @@ func (f soakFigures) String() string {
 	}
 	again := ""
 	if f.final > 0 {
-		again = fmt.Sprintf(", resumed after the kill lacking what was acknowledged before the resume %d, resumed again at the end %d", f.resumeShort, f.final)
+		again = fmt.Sprintf(", resumed after the kill lacking what was acknowledged before the resume %d, resumed again at the end %d (duplicates on those resumes %d)",
+			f.resumeShort, f.final, f.finalDups)
 	}
 	return fmt.Sprintf("%s: %d sessions (%d MQTT 5), 3 instances, %d publishers, instance %d killed at %s (publishing took %s); "+
 		"messages acknowledged %d, deliveries expected %d, delivered %d, duplicates %d, resumed sessions %d%s; "+
@@ -466,7 +471,10 @@ type soakSession struct {
 	got      []string
 	distinct map[string]bool
 	resumes  []*soakResume
-	errs     []string
+	// finalDups counts the arrivals on a final resume's connection that
+	// had arrived before.
+	finalDups int
+	errs      []string
 }
 
 // soakResume is one reconnection of a session.
@@ -485,6 +493,9 @@ func (s *soakSession) add(payload string, r *soakResume) {
 	s.got = append(s.got, payload)
 	if s.distinct == nil {
 		s.distinct = map[string]bool{}
+	}
+	if r != nil && r.final && s.distinct[payload] {
+		s.finalDups++
 	}
 	s.distinct[payload] = true
 	if r != nil && r.first.IsZero() {
