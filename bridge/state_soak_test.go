@@ -348,6 +348,9 @@ func sessionsSoak(t *testing.T, brokers string, size soakSize, seed uint64, reve
 	if fig.resumed == 0 {
 		t.Errorf("no session was on the killed instance: HAProxy did not spread them")
 	}
+	if !reverse && fig.resumed != len(sessions) {
+		t.Errorf("%d of %d sessions resumed after the kill: every one was on the killed instance", fig.resumed, len(sessions))
+	}
 }
 
 func soakTopic(prefix string, group, pub int) string {
@@ -457,8 +460,9 @@ func (f soakFigures) String() string {
 
 // soakSession is one persistent session's client: it connects to first,
 // subscribes once, and after losing its connection reconnects through
-// HAProxy (addr) without subscribing, expecting Session Present 1. A send on hang makes it
-// disconnect (DISCONNECT) and resume once more: a final resume.
+// HAProxy (addr) without subscribing, expecting Session Present 1. A send
+// on hang makes it disconnect (DISCONNECT) and resume once more: a final
+// resume.
 type soakSession struct {
 	id, filter, addr string
 	first            string // where it connects and subscribes (then addr)
