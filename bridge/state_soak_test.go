@@ -64,26 +64,59 @@ func soakSeed(t *testing.T) uint64 {
 
 // TestSessionsSoakKill9 (the state issue's soak): three cmd/bridge
 // processes on one Kafka behind HAProxy; persistent sessions (MQTT 3.1.1
-// clean session 0, every third one MQTT 5 with a session expiry) connect
-// through HAProxy and subscribe QoS 1 to their group's filter; QoS 1
-// publishers connected to every instance publish sequenced streams, one per
-// group each, at a bounded rate. At a random moment during publishing
-// (seeded: FERRY_SOAK_SEED repeats a run) one instance is killed with
-// SIGKILL. Its sessions reconnect through HAProxy without subscribing and
-// must get Session Present 1; its publishers reconnect and resend what was
-// not acknowledged. Every acknowledged message must reach every session of
-// its group, each stream's first arrivals in order (duplicates counted).
-// The figures line gives the time from a resume's CONNACK to its first
-// message, for sessions that had messages pending. CI size by default;
-// FERRY_SOAK_FULL=1 (scripts/soak.sh sessions) runs 1,000 sessions.
+// clean session 0, every third one MQTT 5 with a session expiry) subscribe
+// QoS 1 to their group's filter; QoS 1 publishers publish sequenced
+// streams, one per group each, at a bounded rate. At a random moment during
+// publishing (seeded: FERRY_SOAK_SEED repeats a run) one instance is killed
+// with SIGKILL. Its sessions reconnect through HAProxy without subscribing
+// and must get Session Present 1; its publishers reconnect through HAProxy
+// and resend what was not acknowledged. It runs in two modes:
+//
+//   - reverse: every topic is a reverse topic of every instance, so every
+//     instance delivers every message live. Sessions connect through
+//     HAProxy, publishers straight to every instance. Every acknowledged
+//     message must reach every session of its group.
+//   - default: no reverse topics (the default configuration). An instance
+//     delivers live only what its own publishers publish, and a session
+//     gets what it missed when it resumes, from the replay of the forward
+//     topics; what was published on another instance while a session was
+//     connected is not promised. So every session and publisher connects
+//     first to the victim (all deliveries local until the kill). A session
+//     resumed after the kill must get every message of its group
+//     acknowledged before it sent that resume's CONNECT; after publishing,
+//     every session disconnects and resumes once more (through HAProxy),
+//     and must then have every acknowledged message of its group: those
+//     published after the kill on the other survivor come from that replay.
+//
+// In both, each stream's first arrivals must be in order (duplicates
+// counted). The figures line gives the time from a resume's CONNACK to its
+// first message, for the resumes after the kill that had messages pending.
+// CI size by default; FERRY_SOAK_FULL=1 (scripts/soak.sh sessions) runs
+// 1,000 sessions in each mode.
 func TestSessionsSoakKill9(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	size := soakSizeFor(t)
 	seed := soakSeed(t)
-	t.Logf("seed %d (FERRY_SOAK_SEED=%d repeats this run's kill moment and victim)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	t.Logf("seed %d (FERRY_SOAK_SEED=%d repeats this run's kill moments and victims)", seed, seed)
 	if lim := raiseNoFile(t, uint64(4*size.sessions+4096)); lim < uint64(2*size.sessions+1024) {
 		t.Fatalf("RLIMIT_NOFILE is %d: too low for %d sessions", lim, size.sessions)
+	}
+	for _, reverse := range []bool{true, false} {
+		name := "default"
+		if reverse {
+			name = "reverse"
+		}
+		t.Run(name, func(t *testing.T) { sessionsSoak(t, brokers, size, seed, reverse) })
+	}
+}
+
+// sessionsSoak is one mode of TestSessionsSoakKill9: reverse (every topic a
+// reverse topic) or the default (none).
+func sessionsSoak(t *testing.T, brokers string, size soakSize, seed uint64, reverse bool) {
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	mode := "default mode (no reverse topics)"
+	if reverse {
+		mode = "reverse mode (every topic a reverse topic)"
 	}
 
 	run := randHex(3)
@@ -102,25 +135,43 @@ func TestSessionsSoakKill9(t *testing.T) {
 	var inst []*ferryProcess
 	var backends []string
 	for i := range 3 {
-		p := startFerry(t, fmt.Sprintf("ferry-%d", i), "", "FERRY_KAFKA_BROKERS="+brokers,
-			fmt.Sprintf("FERRY_INSTANCE_ID=soak%s-%d", run, i), "FERRY_KAFKA_ACK_TIMEOUT=5s",
-			"FERRY_REVERSE_TOPICS="+strings.Join(ktopics, ","), "FERRY_REVERSE_START_OFFSET=earliest")
+		env := []string{"FERRY_KAFKA_BROKERS=" + brokers,
+			fmt.Sprintf("FERRY_INSTANCE_ID=soak%s-%d", run, i), "FERRY_KAFKA_ACK_TIMEOUT=5s"}
+		if reverse {
+			env = append(env, "FERRY_REVERSE_TOPICS="+strings.Join(ktopics, ","), "FERRY_REVERSE_START_OFFSET=earliest")
+		}
+		p := startFerry(t, fmt.Sprintf("ferry-%d", i), "", env...)
 		inst = append(inst, p)
 		backends = append(backends, p.MQTTAddr)
 	}
 	lb := startHAProxy(t, backends)
+	// The victim and the moment of the kill (in the nominal publishing time).
+	victim := rng.IntN(3)
+	at := time.Duration((0.1 + 0.7*rng.Float64()) * size.publishing() * float64(time.Second))
+	// Where the sessions and the publishers connect first. Reverse: the
+	// sessions through HAProxy, the publishers straight to every instance
+	// (publisher j to instance j%3). Default: all of them straight to the
+	// victim, where every delivery is local until the kill; reconnections
+	// go through HAProxy in both.
+	sessFirst := func(int) string { return lb.addr }
+	pubFirst := func(j int) string { return inst[j%3].MQTTAddr }
+	if !reverse {
+		sessFirst = func(int) string { return inst[victim].MQTTAddr }
+		pubFirst = sessFirst
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
 
-	// Sessions: connect through HAProxy and subscribe, some at a time.
+	// Sessions: connect (sessFirst) and subscribe, some at a time.
 	acked := make([]atomic.Int64, size.groups) // acknowledged messages per group
+	ackedAt := newSoakAcks(size)
 	sessions := make([]*soakSession, size.sessions)
 	ready := make(chan error, size.sessions)
 	gate := make(chan struct{}, 16)
 	for i := range sessions {
 		s := &soakSession{id: fmt.Sprintf("soak%s-s%d", run, i), group: i % size.groups, v5: i%3 == 2,
-			addr: lb.addr, acked: &acked[i%size.groups]}
+			first: sessFirst(i), addr: lb.addr, acked: &acked[i%size.groups], hang: make(chan struct{}, 1)}
 		s.filter = fmt.Sprintf("%s/g%d/#", prefix, s.group)
 		sessions[i] = s
 		wg.Add(1)
@@ -140,14 +191,14 @@ func TestSessionsSoakKill9(t *testing.T) {
 		}
 	}
 
-	// Publishers: the first connection straight to instance j%3 (so every
-	// instance has publishers), reconnections through HAProxy.
+	// Publishers: the first connection straight to pubFirst, reconnections
+	// through HAProxy.
 	pubs := make([]*soakPublisher, size.publishers)
 	pubErrs := make(chan error, size.publishers)
 	start := time.Now()
 	for j := range pubs {
 		p := &soakPublisher{id: fmt.Sprintf("soak%s-p%d", run, j), j: j, prefix: prefix, size: size,
-			first: inst[j%3].MQTTAddr, lb: lb.addr, acked: acked}
+			first: pubFirst(j), lb: lb.addr, acked: acked, ackedAt: ackedAt}
 		pubs[j] = p
 		wg.Add(1)
 		go func() {
@@ -156,9 +207,7 @@ func TestSessionsSoakKill9(t *testing.T) {
 		}()
 	}
 
-	// The kill, at a random moment of the nominal publishing time.
-	victim := rng.IntN(3)
-	at := time.Duration((0.1 + 0.7*rng.Float64()) * size.publishing() * float64(time.Second))
+	// The kill.
 	time.Sleep(time.Until(start.Add(at)))
 	inst[victim].kill9()
 	killed := time.Since(start)
@@ -181,12 +230,70 @@ func TestSessionsSoakKill9(t *testing.T) {
 	}
 	pubTook := time.Since(start)
 
-	// Every session has every acknowledged message of its group.
-	want := size.publishers * size.perStream
 	deadline := 60 * time.Second
 	if fullSize() {
 		deadline = 10 * time.Minute
 	}
+	fig := soakFigures{mode: mode, size: size, seed: seed, victim: victim, killedAt: killed, published: pubTook}
+	if !reverse {
+		// The resumes after the kill: each brings what was acknowledged
+		// before it (from the replay, whichever instance published it).
+		resumed, short := 0, 0
+		for end := time.Now().Add(deadline); ; time.Sleep(20 * time.Millisecond) {
+			resumed, short = 0, 0
+			for _, s := range sessions {
+				if d, ok := s.lastResumeDialed(); ok {
+					resumed++
+					if len(s.missing(ackedAt, d, 1)) > 0 {
+						short++
+					}
+				}
+			}
+			if short == 0 || time.Now().After(end) {
+				break
+			}
+		}
+		fig.resumeShort = short
+		if short > 0 {
+			bad := 0
+			for _, s := range sessions {
+				d, ok := s.lastResumeDialed()
+				if !ok {
+					continue
+				}
+				if miss := s.missing(ackedAt, d, 20); len(miss) > 0 {
+					if bad++; bad <= 10 {
+						t.Errorf("session %s (v5 %v, %d resumes) resumed after the kill and lacks messages acknowledged before it sent CONNECT: %s",
+							s.id, s.v5, s.resumeCount(), strings.Join(miss, " "))
+						logsAbout(t, inst, s.id+" ", 12)
+					}
+				}
+			}
+			t.Errorf("%s after publishing ended, %d of %d sessions resumed after the kill lack messages acknowledged before their resume",
+				deadline, short, resumed)
+		}
+		// Every session resumes once more: after that it has everything.
+		for _, s := range sessions {
+			s.hang <- struct{}{}
+		}
+		for end := time.Now().Add(deadline); ; time.Sleep(20 * time.Millisecond) {
+			left := 0
+			for _, s := range sessions {
+				if !s.finalResumed() {
+					left++
+				}
+			}
+			if left == 0 {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatalf("%d of %d sessions not resumed again within %s", left, len(sessions), deadline)
+			}
+		}
+	}
+
+	// Every session has every acknowledged message of its group.
+	want := size.publishers * size.perStream
 	// On time out the checks below name what is missing.
 	for end := time.Now().Add(deadline); ; time.Sleep(20 * time.Millisecond) {
 		short := 0
@@ -203,7 +310,6 @@ func TestSessionsSoakKill9(t *testing.T) {
 			break
 		}
 	}
-	fig := soakFigures{size: size, seed: seed, victim: victim, killedAt: killed, published: pubTook}
 	streams := make([][]string, size.groups)
 	for k := range streams {
 		for j := range size.publishers {
@@ -242,6 +348,9 @@ func TestSessionsSoakKill9(t *testing.T) {
 	if fig.resumed == 0 {
 		t.Errorf("no session was on the killed instance: HAProxy did not spread them")
 	}
+	if !reverse && fig.resumed != len(sessions) {
+		t.Errorf("%d of %d sessions resumed after the kill: every one was on the killed instance", fig.resumed, len(sessions))
+	}
 }
 
 func soakTopic(prefix string, group, pub int) string {
@@ -257,8 +366,27 @@ func boolInt(b bool) int {
 	return 0
 }
 
+// soakAcks are the times the publishers read each message's PUBACK (zero:
+// not acknowledged). Each publisher writes its own; they are read once the
+// publishers have ended.
+type soakAcks struct {
+	perStream int
+	at        [][]time.Time // [group][publisher*perStream+n]
+}
+
+func newSoakAcks(s soakSize) *soakAcks {
+	a := &soakAcks{perStream: s.perStream, at: make([][]time.Time, s.groups)}
+	for k := range a.at {
+		a.at[k] = make([]time.Time, s.publishers*s.perStream)
+	}
+	return a
+}
+
+func (a *soakAcks) set(group, pub, n int, at time.Time) { a.at[group][pub*a.perStream+n] = at }
+
 // soakFigures are the results of one sessions soak.
 type soakFigures struct {
+	mode                  string
 	size                  soakSize
 	seed                  uint64
 	victim                int
@@ -266,6 +394,10 @@ type soakFigures struct {
 	acked, expected       int
 	delivered, dups       int
 	resumed, v5           int
+	dupsResumed           int // duplicates of the sessions resumed after the kill
+	final                 int // sessions resumed again at the end (the default mode)
+	finalDups             int // duplicates that came on those final resumes
+	resumeShort           int // sessions resumed after the kill lacking what was acknowledged before (the default mode)
 	firstAfter            latencies
 	noneAfter, notPending int
 }
@@ -276,11 +408,13 @@ func (f *soakFigures) add(s *soakSession, delivered, dups int) {
 	if s.v5 {
 		f.v5++
 	}
-	rs := s.resumeList()
-	if len(rs) > 0 {
-		f.resumed++
-	}
-	for _, r := range rs {
+	resumed, final := false, false
+	for _, r := range s.resumeList() {
+		if r.final {
+			final = true
+			continue
+		}
+		resumed = true
 		switch {
 		case !r.pending:
 			f.notPending++
@@ -290,35 +424,67 @@ func (f *soakFigures) add(s *soakSession, delivered, dups int) {
 			f.firstAfter = append(f.firstAfter, max(0, r.first.Sub(r.connack)))
 		}
 	}
+	if resumed {
+		f.resumed++
+		f.dupsResumed += dups
+	}
+	if final {
+		f.final++
+		s.mu.Lock()
+		f.finalDups += s.finalDups
+		s.mu.Unlock()
+	}
 }
 
 func (f soakFigures) String() string {
-	return fmt.Sprintf("%d sessions (%d MQTT 5), 3 instances, %d publishers, instance %d killed at %s (publishing took %s); "+
-		"messages acknowledged %d, deliveries expected %d, delivered %d, duplicates %d, resumed sessions %d; "+
+	perResumed, perOther := 0.0, 0.0
+	if f.resumed > 0 {
+		perResumed = float64(f.dupsResumed) / float64(f.resumed)
+	}
+	if n := f.size.sessions - f.resumed; n > 0 {
+		perOther = float64(f.dups-f.dupsResumed) / float64(n)
+	}
+	again := ""
+	if f.final > 0 {
+		again = fmt.Sprintf(", resumed after the kill lacking what was acknowledged before the resume %d, resumed again at the end %d (duplicates on those resumes %d)",
+			f.resumeShort, f.final, f.finalDups)
+	}
+	return fmt.Sprintf("%s: %d sessions (%d MQTT 5), 3 instances, %d publishers, instance %d killed at %s (publishing took %s); "+
+		"messages acknowledged %d, deliveries expected %d, delivered %d, duplicates %d, resumed sessions %d%s; "+
+		"duplicates per session resumed after the kill %.1f, per other session %.1f; "+
 		"reconnect CONNACK -> first redelivered message p50 %.1f ms p99 %.1f ms (n=%d; %d resumes had nothing pending, %d got nothing); seed %d",
-		f.size.sessions, f.v5, f.size.publishers, f.victim, f.killedAt.Round(time.Millisecond), f.published.Round(time.Millisecond),
-		f.acked, f.expected, f.delivered, f.dups, f.resumed,
+		f.mode, f.size.sessions, f.v5, f.size.publishers, f.victim, f.killedAt.Round(time.Millisecond), f.published.Round(time.Millisecond),
+		f.acked, f.expected, f.delivered, f.dups, f.resumed, again, perResumed, perOther,
 		ms(f.firstAfter.pct(0.5)), ms(f.firstAfter.pct(0.99)), len(f.firstAfter), f.notPending, f.noneAfter, f.seed)
 }
 
-// soakSession is one persistent session's client: it connects through
-// HAProxy, subscribes once, and after losing its connection reconnects
-// without subscribing, expecting Session Present 1.
+// soakSession is one persistent session's client: it connects to first,
+// subscribes once, and after losing its connection reconnects through
+// HAProxy (addr) without subscribing, expecting Session Present 1. A send
+// on hang makes it disconnect (DISCONNECT) and resume once more: a final
+// resume.
 type soakSession struct {
 	id, filter, addr string
+	first            string // where it connects and subscribes (then addr)
 	group            int
 	v5               bool
 	acked            *atomic.Int64 // acknowledged messages of its group so far
+	hang             chan struct{}
 
 	mu       sync.Mutex
 	got      []string
 	distinct map[string]bool
 	resumes  []*soakResume
-	errs     []string
+	// finalDups counts the arrivals on a final resume's connection that
+	// had arrived before.
+	finalDups int
+	errs      []string
 }
 
 // soakResume is one reconnection of a session.
 type soakResume struct {
+	final   bool      // the resume after a hang (the default mode's last one)
+	dialed  time.Time // before its CONNECT was sent
 	connack time.Time // when the reconnect's CONNACK was read
 	pending bool      // at CONNACK, messages acknowledged to publishers had not arrived before it
 	first   time.Time // the first message that arrived on this connection
@@ -331,6 +497,9 @@ func (s *soakSession) add(payload string, r *soakResume) {
 	s.got = append(s.got, payload)
 	if s.distinct == nil {
 		s.distinct = map[string]bool{}
+	}
+	if r != nil && r.final && s.distinct[payload] {
+		s.finalDups++
 	}
 	s.distinct[payload] = true
 	if r != nil && r.first.IsZero() {
@@ -368,6 +537,51 @@ func (s *soakSession) resumeCount() int {
 	return len(s.resumes)
 }
 
+// lastResumeDialed is when the session's last resume that was not a final
+// one started connecting; false: none.
+func (s *soakSession) lastResumeDialed() (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := len(s.resumes) - 1; i >= 0; i-- {
+		if !s.resumes[i].final {
+			return s.resumes[i].dialed, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// finalResumed: a final resume has its CONNACK.
+func (s *soakSession) finalResumed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.resumes {
+		if r.final {
+			return true
+		}
+	}
+	return false
+}
+
+// missing lists (up to max) the messages of the session's group that were
+// acknowledged before the time before and have not arrived.
+func (s *soakSession) missing(acks *soakAcks, before time.Time, max int) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for i, at := range acks.at[s.group] {
+		if at.IsZero() || !at.Before(before) {
+			continue
+		}
+		m := soakStream(s.group, i/acks.perStream) + "-" + strconv.Itoa(i%acks.perStream)
+		if !s.distinct[m] {
+			if out = append(out, m); len(out) >= max {
+				break
+			}
+		}
+	}
+	return out
+}
+
 func (s *soakSession) resumeList() []soakResume {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -379,9 +593,10 @@ func (s *soakSession) resumeList() []soakResume {
 }
 
 // run connects, subscribes (reporting to ready), and reconnects after every
-// loss of the connection until ctx ends.
+// loss of the connection, and after a hang, until ctx ends.
 func (s *soakSession) run(ctx context.Context, gate chan struct{}, ready chan<- error) {
 	subscribed := false
+	again := false // the next connection is a final resume
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		if attempt > 0 {
 			select { // a device's back-off
@@ -390,19 +605,20 @@ func (s *soakSession) run(ctx context.Context, gate chan struct{}, ready chan<- 
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
-		if !subscribed {
+		gated := !subscribed || again
+		if gated {
 			gate <- struct{}{}
 		}
 		var r *soakResume
 		before := s.distinctCount() // what arrived before this connection
 		if subscribed {
-			r = &soakResume{}
+			r = &soakResume{final: again, dialed: time.Now()}
 		}
-		lost, present, err := s.connect(ctx, r, !subscribed)
+		lost, hangup, present, err := s.connect(ctx, r, !subscribed)
 		if r != nil && err == nil {
 			r.pending = int(s.acked.Load()) > before
 		}
-		if !subscribed {
+		if gated {
 			<-gate
 		}
 		if err != nil {
@@ -419,6 +635,7 @@ func (s *soakSession) run(ctx context.Context, gate chan struct{}, ready chan<- 
 			if !present {
 				s.fail("resume %d: Session Present 0, want 1", s.resumeCount())
 			}
+			again = false
 		} else {
 			subscribed = true
 			ready <- nil
@@ -426,19 +643,27 @@ func (s *soakSession) run(ctx context.Context, gate chan struct{}, ready chan<- 
 		select {
 		case <-ctx.Done():
 		case <-lost:
+		case <-s.hang:
+			hangup()
+			again = true
 		}
 	}
 }
 
 // connect opens one connection (subscribing when sub), records the
-// CONNACK's time in r, and returns a channel closed when it is lost.
-func (s *soakSession) connect(ctx context.Context, r *soakResume, sub bool) (<-chan struct{}, bool, error) {
+// CONNACK's time in r, and returns a channel closed when it is lost and a
+// function that disconnects it (DISCONNECT: the session stays).
+func (s *soakSession) connect(ctx context.Context, r *soakResume, sub bool) (<-chan struct{}, func(), bool, error) {
 	if s.v5 {
 		return s.connectV5(ctx, r, sub)
 	}
 	lost := make(chan struct{})
 	var once sync.Once
-	cl := pahov3.NewClient(pahov3.NewClientOptions().AddBroker("tcp://" + s.addr).SetClientID(s.id).
+	addr := s.addr
+	if sub {
+		addr = s.first
+	}
+	cl := pahov3.NewClient(pahov3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(s.id).
 		SetCleanSession(false).SetAutoReconnect(false).SetConnectRetry(false).SetOrderMatters(true).
 		SetKeepAlive(30 * time.Second).SetConnectTimeout(5 * time.Second).SetWriteTimeout(10 * time.Second).
 		SetDefaultPublishHandler(func(_ pahov3.Client, m pahov3.Message) { s.add(string(m.Payload()), r) }).
@@ -446,7 +671,7 @@ func (s *soakSession) connect(ctx context.Context, r *soakResume, sub bool) (<-c
 	tok := cl.Connect()
 	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		cl.Disconnect(0)
-		return nil, false, fmt.Errorf("connect: %v", tok.Error())
+		return nil, nil, false, fmt.Errorf("connect: %v", tok.Error())
 	}
 	if r != nil {
 		r.connack = time.Now()
@@ -459,20 +684,24 @@ func (s *soakSession) connect(ctx context.Context, r *soakResume, sub bool) (<-c
 		st := cl.Subscribe(s.filter, 1, nil)
 		if !st.WaitTimeout(10*time.Second) || st.Error() != nil {
 			cl.Disconnect(0)
-			return nil, false, fmt.Errorf("subscribe: %v", st.Error())
+			return nil, nil, false, fmt.Errorf("subscribe: %v", st.Error())
 		}
 		if q := st.(*pahov3.SubscribeToken).Result()[s.filter]; q != 1 {
 			cl.Disconnect(0)
-			return nil, false, fmt.Errorf("subscribe: granted %#x", q)
+			return nil, nil, false, fmt.Errorf("subscribe: granted %#x", q)
 		}
 	}
-	return lost, tok.(*pahov3.ConnectToken).SessionPresent(), nil
+	return lost, func() { cl.Disconnect(250) }, tok.(*pahov3.ConnectToken).SessionPresent(), nil
 }
 
-func (s *soakSession) connectV5(ctx context.Context, r *soakResume, sub bool) (<-chan struct{}, bool, error) {
-	conn, err := net.DialTimeout("tcp", s.addr, 5*time.Second)
+func (s *soakSession) connectV5(ctx context.Context, r *soakResume, sub bool) (<-chan struct{}, func(), bool, error) {
+	addr := s.addr
+	if sub {
+		addr = s.first
+	}
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
 	c := paho.NewClient(paho.ClientConfig{Conn: conn, ClientID: s.id, PacketTimeout: 20 * time.Second,
 		OnClientError: func(error) {}, OnServerDisconnect: func(*paho.Disconnect) {},
@@ -489,7 +718,7 @@ func (s *soakSession) connectV5(ctx context.Context, r *soakResume, sub bool) (<
 		if err == nil && ca != nil {
 			err = fmt.Errorf("connack %#x", ca.ReasonCode)
 		}
-		return nil, false, fmt.Errorf("v5 connect: %w", err)
+		return nil, nil, false, fmt.Errorf("v5 connect: %w", err)
 	}
 	if r != nil {
 		r.connack = time.Now()
@@ -505,10 +734,10 @@ func (s *soakSession) connectV5(ctx context.Context, r *soakResume, sub bool) (<
 		sa, err := c.Subscribe(cctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: s.filter, QoS: 1}}})
 		if err != nil || len(sa.Reasons) != 1 || sa.Reasons[0] != 1 {
 			conn.Close()
-			return nil, false, fmt.Errorf("v5 subscribe: %v %v", sa, err)
+			return nil, nil, false, fmt.Errorf("v5 subscribe: %v %v", sa, err)
 		}
 	}
-	return c.Done(), ca.SessionPresent, nil
+	return c.Done(), func() { _ = c.Disconnect(&paho.Disconnect{}) }, ca.SessionPresent, nil
 }
 
 // soakPublisher publishes stream <prefix>/g<k>/p<j> for every group k:
@@ -521,6 +750,7 @@ type soakPublisher struct {
 	j                     int
 	size                  soakSize
 	acked                 []atomic.Int64 // per group
+	ackedAt               *soakAcks
 }
 
 func (p *soakPublisher) run(ctx context.Context, start time.Time) error {
@@ -569,6 +799,7 @@ func (p *soakPublisher) run(ctx context.Context, start time.Time) error {
 			var still []int
 			for i, tok := range toks {
 				if tok.WaitTimeout(15*time.Second) && tok.Error() == nil {
+					p.ackedAt.set(left[i], p.j, n, time.Now())
 					p.acked[left[i]].Add(1)
 				} else {
 					still = append(still, left[i])

@@ -15,12 +15,18 @@
 #                              processes behind HAProxy, 300 publishers x 20,000 QoS 1 msgs, one
 #                              instance killed with SIGKILL; 100,000 reverse records; prints acked,
 #                              in Kafka, lost, duplicated and the reconnect time
-#   scripts/soak.sh sessions   TestSessionsSoakKill9 full size (FERRY_SOAK_FULL=1): 3 Ferry processes
-#                              behind HAProxy, 1,000 persistent sessions (a third MQTT 5) in 50
-#                              groups, 6 QoS 1 publishers x 5,000 msgs, one instance killed with
-#                              SIGKILL at a random moment (FERRY_SOAK_SEED repeats one); prints
-#                              acknowledged, expected, delivered, duplicates, resumed sessions and
-#                              reconnect -> first redelivered message p50/p99
+#   scripts/soak.sh sessions   TestSessionsSoakKill9 full size (FERRY_SOAK_FULL=1), both modes one
+#                              after the other: 3 Ferry processes behind HAProxy, 1,000 persistent
+#                              sessions (a third MQTT 5) in 50 groups, 6 QoS 1 publishers x 5,000
+#                              msgs, one instance killed with SIGKILL at a random moment
+#                              (FERRY_SOAK_SEED repeats one). "reverse": every topic a reverse topic,
+#                              every acknowledged message reaches every session of its group live.
+#                              "default": no reverse topics; sessions and publishers start on the
+#                              victim, a session resumed after the kill gets (replayed from the
+#                              forward topics) all that was acknowledged before its CONNECT, and
+#                              after one more resume of every session, everything. Prints per mode
+#                              acknowledged, expected, delivered, duplicates (per resumed session),
+#                              resumed sessions and reconnect -> first redelivered message p50/p99
 #                              (FERRY_SOAK_SIZE=sessions,groups,publishers,per-stream,rate resizes)
 #   scripts/soak.sh memory     TestIdleConnectionMemory: idle RSS per connection at 1,000 and
 #                              10,000 connections, projected to 100,000
