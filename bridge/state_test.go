@@ -146,18 +146,7 @@ func TestSessionResumesOnAnotherInstance(t *testing.T) {
 		if !tok.(*pahov3.ConnectToken).SessionPresent() {
 			t.Fatal("reconnect to another instance: Session Present 0, want 1")
 		}
-		pub := connectPaho(t, b.MQTTAddr(), "pub-"+randHex(4))
-		if tok := pub.Publish(topic, 1, false, "hello"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-			t.Fatalf("publish: %v", tok.Error())
-		}
-		select {
-		case m := <-got:
-			if m != "hello" {
-				t.Fatalf("got %q", m)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("the resumed session's subscription did not deliver on instance b")
-		}
+		deliversOn(t, b, topic, got)
 		// The owner is b now.
 		if rec := sessionIn(t, readTable(t, ca.Kafka.Brokers, ca.State.SessionsTopic), id); rec == nil || rec.Owner != cb.Instance.ID {
 			t.Fatalf("after the resume on b the record is %+v, want owner %s", rec, cb.Instance.ID)
@@ -792,17 +781,24 @@ func TestFenceReadDuringResumeKeepsSessionPresent(t *testing.T) {
 		if !tok.(*pahov3.ConnectToken).SessionPresent() {
 			t.Fatal("a fence read during the resume: Session Present 0, want 1")
 		}
-		pub := connectPaho(t, b.MQTTAddr(), "pub-"+randHex(4))
-		if tok := pub.Publish(topic, 1, false, "hello"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-			t.Fatalf("publish: %v", tok.Error())
-		}
-		select {
-		case m := <-got:
-			if m != "hello" {
-				t.Fatalf("got %q", m)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("the resumed session's subscription did not deliver")
-		}
+		deliversOn(t, b, topic, got)
 	})
+}
+
+// deliversOn publishes "hello" to topic on b and wants it from got within
+// 10 s: a resumed session's subscription delivers there.
+func deliversOn(t *testing.T, b *Bridge, topic string, got <-chan string) {
+	t.Helper()
+	pub := connectPaho(t, b.MQTTAddr(), "pub-"+randHex(4))
+	if tok := pub.Publish(topic, 1, false, "hello"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish: %v", tok.Error())
+	}
+	select {
+	case m := <-got:
+		if m != "hello" {
+			t.Fatalf("got %q", m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the resumed session's subscription did not deliver on %s", b.InstanceID())
+	}
 }

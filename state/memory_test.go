@@ -67,13 +67,7 @@ func TestTableHoldsOnlyLatestValues(t *testing.T) {
 	if n := tb.Len(); n != keys {
 		t.Fatalf("table has %d keys, want %d", n, keys)
 	}
-	// The least of a few readings: a fetch the client still holds for a
-	// moment is not the table's.
-	after := heap()
-	for range 5 {
-		time.Sleep(200 * time.Millisecond)
-		after = min(after, heap())
-	}
+	after := settledHeap(heap)
 	grew := int64(after) - int64(before)
 	per := float64(grew) / keys
 	t.Logf("%d keys of %d B values (each written %d times): table heap %.0f B per key", keys, size, versions, per)
@@ -145,13 +139,7 @@ func TestTableKeepsOnlyWhatKeepSays(t *testing.T) {
 	if n := tb.Len(); n != keys {
 		t.Fatalf("table has %d keys, want %d", n, keys)
 	}
-	// The least of a few readings: a fetch the client still holds for a
-	// moment is not the table's.
-	after := heap()
-	for range 5 {
-		time.Sleep(200 * time.Millisecond)
-		after = min(after, heap())
-	}
+	after := settledHeap(heap)
 	per := float64(int64(after)-int64(before)) / keys
 	tb.mu.Lock()
 	inMemory := 0
@@ -204,4 +192,15 @@ func fetchOne(ctx context.Context, brokers []string, topic string, part int32, o
 			}
 		}
 	}
+}
+
+// settledHeap is the least of a few readings of heap, 200 ms apart: a
+// fetch the client still holds for a moment is not the table's.
+func settledHeap(heap func() uint64) uint64 {
+	after := heap()
+	for range 5 {
+		time.Sleep(200 * time.Millisecond)
+		after = min(after, heap())
+	}
+	return after
 }
