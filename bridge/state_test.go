@@ -781,6 +781,16 @@ func TestFenceReadDuringResumeKeepsSessionPresent(t *testing.T) {
 		if !tok.(*pahov3.ConnectToken).SessionPresent() {
 			t.Fatal("a fence read during the resume: Session Present 0, want 1")
 		}
+		// Its subscription back in the broker once the replay is done (the
+		// bug left it without): then a publish there reaches it.
+		waitFor(t, 30*time.Second, "the resumed subscription live on b", func() bool {
+			cl, ok := b.server.Clients.Get(id)
+			if !ok {
+				return false
+			}
+			_, live := cl.State.Subscriptions.Get(topic)
+			return live
+		})
 		deliversOn(t, b, topic, got)
 	})
 }

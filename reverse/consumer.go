@@ -76,19 +76,24 @@ func New(cfg Config, d Deps) (*Consumer, error) {
 		order: d.Order,
 		sink:  d.Sink,
 	}
-	opts := r.kgoOpts(log, time.Now(), func() { _ = r.commits.flush() },
-		func() *kgo.Client { return r.client })
+	// kgo may call back (the start offsets, once it joined the group)
+	// before NewClient has returned: those wait for the client.
+	created := make(chan struct{})
+	opts := r.kgoOpts(log, time.Now(), func() { <-created; _ = r.commits.flush() },
+		func() *kgo.Client { <-created; return r.client })
 	opts = append(opts, d.KafkaOpts...)
 	limit := min(cfg.ClientWritesPending, int(d.Server.Options.Capabilities.MaximumInflight)) / 2
 	r.pace = newPacer(d.Server, log, limit, reverseSlowWait)
 	if err := d.Server.AddHook(r.pace, nil); err != nil {
 		return nil, fmt.Errorf("reverse pacer hook: %w", err)
 	}
-	var err error
-	if r.client, err = kgo.NewClient(opts...); err != nil {
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
 		return nil, fmt.Errorf("reverse consumer: %w", err)
 	}
+	r.client = cl
 	r.commits = newCommitter(r.client, d.Order, log)
+	close(created)
 	return r, nil
 }
 
