@@ -406,9 +406,9 @@ func (rs *replayRun) readFrom(ctx context.Context, next map[tp]int64, ends map[t
 				}
 			}
 			rs.uncork()
-			if next[k] > ends[k] || f.hwm < ends[k] && next[k] >= f.hwm {
-				next[k] = max(next[k], ends[k]) // truncated below its listed end: nothing more to read
-			}
+			// Nothing is taken for read up to the end but records: a high
+			// watermark below the listed end (an answer older than the
+			// listing) once read as the end skipped the records between.
 			if !rs.later.waits(k) {
 				rs.o.pos.reading(k, next[k])
 			}
