@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -239,7 +240,7 @@ func (r *reads) timesLoop() {
 		for _, q := range r.times {
 			for _, l := range layers {
 				for k, a := range l {
-					if !a.answered || !containsQuery(a.qs, q) {
+					if !a.answered || !slices.Contains(a.qs, q) {
 						continue
 					}
 					if _, open := q.want[k]; !open {
@@ -314,7 +315,7 @@ func (r *reads) listTimes(layer map[tp]*timesAsk) (retry bool) {
 					continue
 				}
 				err := kerr.ErrorForCode(p.ErrorCode)
-				if isRetriable(err) {
+				if kerr.IsRetriable(err) {
 					retry = true
 					continue
 				}
@@ -323,15 +324,6 @@ func (r *reads) listTimes(layer map[tp]*timesAsk) (retry bool) {
 		}
 	}
 	return retry
-}
-
-func containsQuery(qs []*timesQuery, q *timesQuery) bool {
-	for _, x := range qs {
-		if x == q {
-			return true
-		}
-	}
-	return false
 }
 
 // fetched is one partition's answer to a fetch.
@@ -518,7 +510,7 @@ func (r *reads) fetchRound(from map[tp]int64) (map[tp]fetched, bool) {
 		r.mu.Lock()
 		for _, td := range md.Topics {
 			if td.Err != nil {
-				if !isRetriable(td.Err) {
+				if !kerr.IsRetriable(td.Err) {
 					for k := range from {
 						if k.topic == td.Topic {
 							answers[k] = fetched{err: fmt.Errorf("topic %s: %w", td.Topic, td.Err), logStart: -1}
@@ -619,7 +611,7 @@ func (r *reads) fetchRound(from map[tp]int64) (map[tp]fetched, bool) {
 				switch {
 				case errors.Is(fp.Err, kerr.OffsetOutOfRange) && off < rp.LogStartOffset:
 					answers[k] = fetched{hwm: rp.HighWatermark, logStart: rp.LogStartOffset}
-				case fp.Err != nil && isRetriable(fp.Err):
+				case fp.Err != nil && kerr.IsRetriable(fp.Err):
 					r.mu.Lock()
 					delete(r.leaders, name)
 					r.mu.Unlock()
@@ -643,11 +635,6 @@ func (r *reads) forget(req *kmsg.FetchRequest) {
 	for _, rt := range req.Topics {
 		delete(r.leaders, rt.Topic)
 	}
-}
-
-func isRetriable(err error) bool {
-	var ke *kerr.Error
-	return errors.As(err, &ke) && ke.Retriable
 }
 
 // record is a state.TableConfig.Fetch for topic: the record at a
