@@ -7,7 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-bridge/ferry/topicmap"
 )
@@ -45,13 +47,28 @@ const topicsMaxAge = 2 * time.Second
 // topicsMinGap is the least time between the starts of two listings.
 const topicsMinGap = 200 * time.Millisecond
 
-func newTopicLister(admin *kadm.Client) *topicLister {
+// newTopicLister lists with a Metadata request of its own each time.
+// kadm's ListTopics answers from the client's metadata cache when it is
+// younger than kgo's MetadataMinAge (5 s): a last pass then missed a topic
+// created after its subscriptions went live (the first record of a new
+// MQTT topic, published during a resume, was never delivered).
+func newTopicLister(cl *kgo.Client) *topicLister {
 	return &topicLister{maxAge: topicsMaxAge, minGap: topicsMinGap, list: func(ctx context.Context) ([]string, error) {
-		md, err := admin.ListTopics(ctx)
+		resp, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl) // Topics nil: every topic
 		if err != nil {
 			return nil, err
 		}
-		return md.Names(), nil
+		names := make([]string, 0, len(resp.Topics))
+		for _, t := range resp.Topics {
+			if t.Topic == nil {
+				continue
+			}
+			if t.ErrorCode == kerr.TopicAuthorizationFailed.Code {
+				continue // not ours to read; a topic still electing a leader is listed
+			}
+			names = append(names, *t.Topic)
+		}
+		return names, nil
 	}}
 }
 

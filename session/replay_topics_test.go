@@ -3,11 +3,16 @@ package session
 import (
 	"context"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-bridge/ferry/topicmap"
 )
@@ -110,5 +115,39 @@ func TestTopicListerSpacesListings(t *testing.T) {
 	}
 	if n := calls.Load(); n != 2 {
 		t.Errorf("21 callers, each needing a listing after its call: %d listings, want 2", n)
+	}
+}
+
+// TestTopicListerSeesNewTopic: a listing requested after a topic was
+// created has it, also when the client listed the topics a moment before
+// (kadm's ListTopics answered from kgo's metadata cache, up to 5 s old: a
+// last pass missed a topic created after its subscriptions went live).
+func TestTopicListerSeesNewTopic(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l := newTopicLister(cl)
+	l.minGap = 0
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, "old"); err != nil {
+		t.Fatal(err)
+	}
+	if names, err := l.since(ctx, time.Now()); err != nil || !slices.Contains(names, "old") {
+		t.Fatalf("first listing %v, %v: want the topic old", names, err)
+	}
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, "new"); err != nil {
+		t.Fatal(err)
+	}
+	names, err := l.since(ctx, time.Now())
+	if err != nil || !slices.Contains(names, "new") {
+		t.Fatalf("a listing requested after the topic new was created: %v, %v", names, err)
 	}
 }
