@@ -5,8 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,6 +19,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/ferry-bridge/ferry/internal/kafkatest"
+	"github.com/ferry-bridge/ferry/internal/testhelp"
 )
 
 // ackLedger records, per client, which sequence numbers the bridge acked.
@@ -177,24 +176,7 @@ func verifyAcked(t *testing.T, brokers string, ledger *ackLedger) (acked, record
 	return acked, records, dups
 }
 
-// freeAddr returns a 127.0.0.1 address with a port nobody listens on now.
-// The port is drawn from 10000-32767, below Linux's ephemeral range
-// (32768-60999): tests restart bridges and brokers on the same address after
-// a kill, and a port of the ephemeral range can be taken meanwhile by any
-// outgoing connection on the machine.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	for range 200 {
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 10000+rand.IntN(22768)))
-		if err != nil {
-			continue
-		}
-		defer l.Close()
-		return l.Addr().String()
-	}
-	t.Fatal("no free port in 10000-32767")
-	return ""
-}
+func freeAddr(t testing.TB) string { return testhelp.FreeAddr(t) }
 
 // childReady bounds the start of a bridge process (childBridge,
 // startFerry) until it is ready: a cold start under -race at the start of a

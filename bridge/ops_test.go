@@ -30,6 +30,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/ferry-bridge/ferry/internal/kafkatest"
+	"github.com/ferry-bridge/ferry/internal/testhelp"
 )
 
 // ---------------------------------------------------------------- certificates
@@ -497,12 +498,7 @@ func TestReadyzFlipsWithEmbeddedKafka(t *testing.T) {
 
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	_, port, _ := net.SplitHostPort(testhelp.FreeAddr(t))
 	return port
 }
 

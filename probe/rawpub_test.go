@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-bridge/ferry/internal/testhelp"
 	"github.com/ferry-bridge/ferry/probe/stamp"
 )
 
@@ -204,14 +205,10 @@ func TestRawEngineAgainstMosquitto(t *testing.T) {
 	if err != nil {
 		t.Fatalf("mosquitto not installed (scripts/test.sh installs it): %v", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	addr := testhelp.FreeAddr(t)
+	_, port, _ := net.SplitHostPort(addr)
 	conf := filepath.Join(t.TempDir(), "mosquitto.conf")
-	if err := os.WriteFile(conf, fmt.Appendf(nil, "listener %d 127.0.0.1\nallow_anonymous true\n", port), 0o600); err != nil {
+	if err := os.WriteFile(conf, fmt.Appendf(nil, "listener %s 127.0.0.1\nallow_anonymous true\n", port), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "-c", conf)
@@ -224,7 +221,6 @@ func TestRawEngineAgainstMosquitto(t *testing.T) {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		c, err := net.Dial("tcp", addr)

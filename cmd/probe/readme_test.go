@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/ferry-bridge/ferry/internal/kafkatest"
+	"github.com/ferry-bridge/ferry/internal/testhelp"
 )
 
 // docBlock is one ```sh block of a Markdown file: its section (the last
@@ -144,15 +145,7 @@ func TestDocsCommandsCovered(t *testing.T) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func freeAddr(t *testing.T) string { return testhelp.FreeAddr(t) }
 
 // shell runs one README command with bash in the repository root.
 type shell struct {

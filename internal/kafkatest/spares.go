@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ferry-bridge/ferry/internal/testhelp"
 )
 
 // Spares are dedicated brokers started in the background when a test binary
@@ -206,17 +208,14 @@ func takeSpareCluster(tb testing.TB, nodes int) *Broker {
 	return spares.take(tb, true)
 }
 
-// freePorts returns n distinct ports free on 127.0.0.1 now.
+// freePorts returns n distinct ports free on 127.0.0.1 now (below the
+// ephemeral range: testhelp.FreeAddrs).
 func freePorts(n int) ([]string, error) {
+	addrs, err := testhelp.FreeAddrs(n)
 	var out []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer l.Close()
-		_, port, _ := net.SplitHostPort(l.Addr().String())
+	for _, a := range addrs {
+		_, port, _ := net.SplitHostPort(a)
 		out = append(out, port)
 	}
-	return out, nil
+	return out, err
 }

@@ -1,6 +1,6 @@
 // Package testhelp holds the test helpers the packages' tests share: a
-// quiet logger that shows its warnings when the test fails, and a polling
-// wait.
+// quiet logger that shows its warnings when the test fails, a polling
+// wait, and free addresses for processes a test starts (ports.go).
 package testhelp
 
 import (
