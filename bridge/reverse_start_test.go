@@ -35,6 +35,7 @@ func TestReverseStartNoRaceWithFirstRecord(t *testing.T) {
 	}
 
 	var fired atomic.Bool
+	firstIn := make(chan struct{}) // closed once "first" is in Kafka
 	fake.ControlKey(int16(kmsg.ListOffsets), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		fake.KeepControl()
 		lr := req.(*kmsg.ListOffsetsRequest)
@@ -47,6 +48,7 @@ func TestReverseStartNoRaceWithFirstRecord(t *testing.T) {
 				done := make(chan struct{})
 				go func() {
 					defer close(done)
+					defer close(firstIn)
 					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 					defer cancel()
 					if err := prod.ProduceSync(ctx, &kgo.Record{Topic: k, Value: []byte("first")}).FirstErr(); err != nil {
@@ -70,6 +72,14 @@ func TestReverseStartNoRaceWithFirstRecord(t *testing.T) {
 	subscribePaho(t, b.MQTTAddr(), "race-"+randHex(4), m, true, col)
 	close(hold)
 	waitFor(t, 20*time.Second, "the end offset listed with a record appended just before", fired.Load)
+	// "second" goes after "first" is in Kafka: produced while the listing
+	// was held, the two could land in either order (a fresh-clone run
+	// delivered [second first] so, both in Kafka's order).
+	select {
+	case <-firstIn:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the record produced during the listing did not land")
+	}
 	produceAll(t, prod, []*kgo.Record{{Topic: k, Value: []byte("second")}})
 	waitFor(t, 20*time.Second, "the second record", func() bool { return slices.Contains(col.snapshot(), "second") })
 	if got := col.snapshot(); !slices.Equal(got, []string{"first", "second"}) {
