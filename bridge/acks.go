@@ -120,11 +120,18 @@ func (q *ackQueue) qos2Done() {
 // add appends a publish to the queue. It runs on the client's read
 // goroutine, so entries are in PUBLISH order.
 func (q *ackQueue) add(pk *packets.Packet, local *packets.Packet) *pending {
-	p := &pending{id: pk.PacketID, qos: pk.FixedHeader.Qos, topic: pk.TopicName, local: local}
+	p := &pending{}
+	q.enqueue(p, pk, local)
+	return p
+}
+
+// enqueue is add for a pending the caller allocated (a QoS 1 publish's is
+// part of its record: fwdRecord); p's other fields are set before.
+func (q *ackQueue) enqueue(p *pending, pk *packets.Packet, local *packets.Packet) {
+	p.id, p.qos, p.topic, p.local = pk.PacketID, pk.FixedHeader.Qos, pk.TopicName, local
 	q.mu.Lock()
 	q.queue = append(q.queue, p)
 	q.mu.Unlock()
-	return p
 }
 
 // refuse queues a refusal known at once; it leaves after the

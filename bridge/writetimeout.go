@@ -47,8 +47,11 @@ type writeTimeoutConn struct {
 	held    []byte
 	wclosed bool // half-closed: nothing more is written
 
+	wdl time.Time // the write deadline set on Conn (under mu)
+
 	rmu       sync.Mutex // held by Read while it is in the kernel
-	dmu       sync.Mutex // orders deadline changes with closing
+	dmu       sync.Mutex // orders deadline changes with closing; rdl
+	rdl       time.Time  // the read deadline set on Conn (zero: none)
 	closing   atomic.Bool
 	closeOnce sync.Once
 }
@@ -98,9 +101,35 @@ func (c *writeTimeoutConn) flushHeld() {
 	c.held = c.held[:0]
 }
 
+// Deadlines are coalesced. mochi sets the connection's deadline before
+// every packet it reads (1.5 x keep alive), and each write sets the write
+// deadline: each is a timer update in Go's network poller, two or three per
+// message on the forward path's hot loop. The deadline on the socket is
+// moved only when a request passes it, and then a little further (a
+// sixteenth of the period, at most deadlineSlack): a connection is cut
+// never earlier than asked and at most that much later.
+const deadlineSlack = time.Second
+
+// coalesce returns the deadline to set for a request of t (made at now), and
+// whether the one set (cur) already serves it.
+func coalesce(cur, t, now time.Time) (time.Time, bool) {
+	if !cur.Before(t) && !cur.IsZero() {
+		slack := min(t.Sub(now)/16, deadlineSlack)
+		if !cur.After(t.Add(slack)) {
+			return cur, true
+		}
+		return t, false // asked for earlier than the slack allows: exactly
+	}
+	return t.Add(min(t.Sub(now)/16, deadlineSlack)), false
+}
+
 func (c *writeTimeoutConn) write(b []byte) (int, error) {
-	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
-		return 0, err
+	now := time.Now()
+	if dl, ok := coalesce(c.wdl, now.Add(c.timeout), now); !ok {
+		if err := c.Conn.SetWriteDeadline(dl); err != nil {
+			return 0, err
+		}
+		c.wdl = dl
 	}
 	n, err := c.Conn.Write(b)
 	if err != nil {
@@ -128,15 +157,9 @@ func (c *writeTimeoutConn) Read(b []byte) (int, error) {
 
 // SetDeadline and SetReadDeadline are mochi's keepalive deadline, refreshed
 // before each read: ignored once closing, so that they cannot revive a
-// reader that Close has woken.
-func (c *writeTimeoutConn) SetDeadline(t time.Time) error {
-	c.dmu.Lock()
-	defer c.dmu.Unlock()
-	if c.closing.Load() {
-		return nil
-	}
-	return c.Conn.SetDeadline(t)
-}
+// reader that Close has woken. Both set only the read deadline (coalesced):
+// every write sets its own deadline (write).
+func (c *writeTimeoutConn) SetDeadline(t time.Time) error { return c.SetReadDeadline(t) }
 
 func (c *writeTimeoutConn) SetReadDeadline(t time.Time) error {
 	c.dmu.Lock()
@@ -144,7 +167,19 @@ func (c *writeTimeoutConn) SetReadDeadline(t time.Time) error {
 	if c.closing.Load() {
 		return nil
 	}
-	return c.Conn.SetReadDeadline(t)
+	if t.IsZero() { // no keep alive: no deadline
+		if c.rdl.IsZero() {
+			return nil
+		}
+		c.rdl = time.Time{}
+		return c.Conn.SetReadDeadline(t)
+	}
+	dl, ok := coalesce(c.rdl, t, time.Now())
+	if ok {
+		return nil
+	}
+	c.rdl = dl
+	return c.Conn.SetReadDeadline(dl)
 }
 
 // Close closes gracefully. Closing a socket whose receive buffer holds

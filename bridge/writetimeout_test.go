@@ -121,3 +121,60 @@ func TestCloseHalfClosesAndWakesReader(t *testing.T) {
 		t.Fatalf("Write after Close: %v, want net.ErrClosed", err)
 	}
 }
+
+// deadlineConn records the deadlines set on it.
+type deadlineConn struct {
+	net.Conn
+	reads, writes []time.Time
+}
+
+func (d *deadlineConn) Write(b []byte) (int, error) { return len(b), nil }
+func (d *deadlineConn) SetReadDeadline(t time.Time) error {
+	d.reads = append(d.reads, t)
+	return nil
+}
+func (d *deadlineConn) SetWriteDeadline(t time.Time) error {
+	d.writes = append(d.writes, t)
+	return nil
+}
+func (d *deadlineConn) SetDeadline(time.Time) error {
+	panic("SetDeadline reached the socket: it moves the write deadline behind write's back")
+}
+
+// TestDeadlinesCoalesced: mochi's deadline before every read and the write
+// deadline before every write reach the socket about once per slack, not
+// once per packet; the deadline on the socket is never earlier than asked
+// and at most deadlineSlack later; an earlier request and "no deadline"
+// are set exactly.
+func TestDeadlinesCoalesced(t *testing.T) {
+	d := &deadlineConn{}
+	c := &writeTimeoutConn{Conn: d, timeout: 5 * time.Second}
+	for range 10_000 {
+		asked := time.Now().Add(90 * time.Second) // keep alive 60 s
+		if err := c.SetDeadline(asked); err != nil {
+			t.Fatal(err)
+		}
+		if got := d.reads[len(d.reads)-1]; got.Before(asked) || got.After(asked.Add(deadlineSlack)) {
+			t.Fatalf("read deadline %v for a request of %v: want it in [asked, asked+%s]", got, asked, deadlineSlack)
+		}
+		before := time.Now()
+		if _, err := c.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if got := d.writes[len(d.writes)-1]; got.Before(before.Add(c.timeout)) || got.After(time.Now().Add(c.timeout+deadlineSlack)) {
+			t.Fatalf("write deadline %v for a write at %v: want it within [now+timeout, now+timeout+%s]", got, before, deadlineSlack)
+		}
+	}
+	if len(d.reads) > 3 || len(d.writes) > 3 {
+		t.Fatalf("10,000 packets set %d read and %d write deadlines on the socket, want about one each", len(d.reads), len(d.writes))
+	}
+	earlier := time.Now().Add(10 * time.Second)
+	_ = c.SetReadDeadline(earlier)
+	if got := d.reads[len(d.reads)-1]; got.Before(earlier) || got.After(earlier.Add(time.Second)) {
+		t.Fatalf("a request for an earlier deadline %v set %v", earlier, got)
+	}
+	_ = c.SetDeadline(time.Time{})
+	if got := d.reads[len(d.reads)-1]; !got.IsZero() {
+		t.Fatalf("no deadline (keep alive 0) set %v, want none", got)
+	}
+}

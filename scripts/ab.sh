@@ -35,7 +35,8 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/ferry-ab.XXXXXX")"
 RUN="ab$(date +%s)"
 T0=$SECONDS
 log() { printf '[ab %4ds] %s\n' $((SECONDS - T0)) "$*" >&2; }
-load1() { cut -d' ' -f1 /proc/loadavg; }
+# shellcheck source=lib/measure.sh
+source "$ROOT/scripts/lib/measure.sh"
 
 PIDS=()
 KAFKA_STARTED=0
@@ -107,30 +108,7 @@ start_bridge b 22883 22884
 	echo "reverse: --qos 1 --count $AB_REV_COUNT --rate $AB_REV_RATE"
 } | tee "$OUT/env.txt" >&2
 
-# field CSV METRIC COLUMN: one column of the probe's CSV row for METRIC.
-field() {
-	awk -F, -v m="$2" -v c="$3" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == c) col = i; next }
-		$2 == m { print $col; exit }' "$1"
-}
-
-# batch_stats HTTP_PORT: "sum count" of the bridge's ferry_kafka_batch_records histogram.
-batch_stats() {
-	curl -fsS "http://127.0.0.1:$1/metrics" | awk '
-		/^ferry_kafka_batch_records_sum / { s = $2 } /^ferry_kafka_batch_records_count / { c = $2 }
-		END { printf "%.0f %.0f\n", s, c }'
-}
-
-# cpu_ticks PID...: user+system CPU clock ticks of those processes so far.
-cpu_ticks() {
-	local t=0 p f
-	for p in "$@"; do
-		f=$(cut -d')' -f2 "/proc/$p/stat" 2>/dev/null) || continue
-		t=$((t + $(echo "$f" | awk '{ print $12 + $13 }')))
-	done
-	echo "$t"
-}
-TICK=$(getconf CLK_TCK)
-KAFKA_PIDS=$(pgrep -f 'kafka\.Kafka' | tr '\n' ' ' || true)
+KAFKA_PIDS=$(kafka_pids)
 
 echo "round,system,load1,fwd_msg_s,fwd_ack_p50_ms,fwd_ack_p99_ms,rev_bridge_p50_ms,rev_bridge_p99_ms,fwd_records_per_batch,fwd_bridge_cpu_us_msg,fwd_kafka_cpu_us_msg" >"$OUT/ab.csv"
 for r in $(seq "$AB_ROUNDS"); do
