@@ -8,6 +8,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/ferry-bridge/ferry/internal/mqttconn"
 	"github.com/ferry-bridge/ferry/session"
 )
 
@@ -244,7 +245,7 @@ func (q *ackQueue) uncount(p *pending) {
 type ackWriter struct {
 	q        *ackQueue
 	viaMochi bool
-	corked   *writeTimeoutConn
+	corked   *mqttconn.Conn
 }
 
 func (w *ackWriter) ack(p *pending) {
@@ -298,8 +299,8 @@ func (w *ackWriter) nack(p *pending) {
 func (w *ackWriter) writePacket(pk packets.Packet) {
 	w.flushBuf()
 	if w.corked == nil {
-		if c, ok := w.q.cl.Net.Conn.(*writeTimeoutConn); ok {
-			c.cork()
+		if c, ok := w.q.cl.Net.Conn.(*mqttconn.Conn); ok {
+			c.Cork()
 			w.corked = c
 		}
 	}
@@ -312,7 +313,7 @@ func (w *ackWriter) writePacket(pk packets.Packet) {
 func (w *ackWriter) end() {
 	w.flushBuf()
 	if w.corked != nil {
-		w.corked.uncork()
+		w.corked.Uncork()
 		w.corked = nil
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/ferry-bridge/ferry/internal/kafkaclient"
+	"github.com/ferry-bridge/ferry/internal/mqttconn"
 	"github.com/ferry-bridge/ferry/producer"
 	"github.com/ferry-bridge/ferry/reverse"
 	"github.com/ferry-bridge/ferry/ringbuffer"
@@ -339,7 +340,7 @@ func (b *Bridge) mochiOptions() *mqtt.Options {
 
 func (b *Bridge) addListeners() error {
 	add := func(l listeners.Listener) error {
-		if err := b.server.AddListener(&writeTimeoutListener{Listener: l, timeout: b.cfg.MQTT.WriteTimeout}); err != nil {
+		if err := b.server.AddListener(&mqttconn.Listener{Listener: l, Timeout: b.cfg.MQTT.WriteTimeout}); err != nil {
 			return fmt.Errorf("mqtt listener %s on %s: %w%s", l.ID(), l.Address(), err, inUseHint(err, listenerKey[l.ID()]))
 		}
 		return nil

@@ -101,7 +101,7 @@ type MQTTConfig struct {
 	ClientWritesPending int `mapstructure:"client_writes_pending" yaml:"client_writes_pending"`
 	// WriteTimeout bounds one write to a client's socket: a subscriber that
 	// stops reading is disconnected after this long instead of blocking the
-	// publishers to its topics (writetimeout.go). Default: 10s.
+	// publishers to its topics (internal/mqttconn). Default: 10s.
 	WriteTimeout time.Duration `mapstructure:"write_timeout" yaml:"write_timeout"`
 	// ObscureNotAuthorized makes MQTT 5 refusals for lack of authorization
 	// (a denied SUBSCRIBE filter or PUBLISH) say 0x80 Unspecified error

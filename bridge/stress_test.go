@@ -180,7 +180,7 @@ func raiseNoFile(t testing.TB, want uint64) uint64 {
 // counted; a stuck QoS 1 subscriber is disconnected by the write timeout
 // (its blocked write holds mochi's client lock, which every QoS 1 delivery
 // to it needs).
-// Before the fix (bridge/writetimeout.go) the stuck subscriber's blocked
+// Before the fix (internal/mqttconn) the stuck subscriber's blocked
 // socket write held mochi's client lock and stalled the whole reverse path
 // until its keepalive expired.
 func TestSlowSubscriberReverse(t *testing.T) {

@@ -165,8 +165,20 @@ func TestProducerStalledPartitionsIsolated(t *testing.T) {
 	if d := metricValue(h.m.Dropped); d == 0 {
 		t.Fatal("no QoS 0 drop counted for the stalled partitions")
 	}
-	if held := metricValue(h.m.Held); held > float64(2*partCap+4) {
-		t.Fatalf("producer holds %v records, bound %d per stalled partition", held, partCap)
+	// The healthy records' outcomes reach their clients from the request's
+	// goroutine before the loop counts them out (a loaded run read 43 held
+	// so): the bound holds once the loop has caught up, and it stays there.
+	bound := float64(2*partCap + 4)
+	deadline := time.Now().Add(10 * time.Second)
+	for metricValue(h.m.Held) > bound {
+		if time.Now().After(deadline) {
+			t.Fatalf("producer holds %v records, bound %d per stalled partition", metricValue(h.m.Held), partCap)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the gauge
+	}
+	time.Sleep(200 * time.Millisecond) // a few sweeps of the stalled partitions
+	if held := metricValue(h.m.Held); held > bound {
+		t.Fatalf("producer holds %v records after settling, bound %d per stalled partition", held, partCap)
 	}
 }
 

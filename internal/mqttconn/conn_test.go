@@ -1,4 +1,4 @@
-package bridge
+package mqttconn
 
 import (
 	"errors"
@@ -14,7 +14,7 @@ func TestCorkedWritesLeaveTogether(t *testing.T) {
 	server, client := net.Pipe() // a write blocks until the other end reads
 	defer server.Close()
 	defer client.Close()
-	c := &writeTimeoutConn{Conn: server, timeout: 5 * time.Second}
+	c := &Conn{Conn: server, timeout: 5 * time.Second}
 	c.cork()
 	wrote := make(chan error, 1)
 	go func() {
@@ -72,7 +72,7 @@ func TestCloseHalfClosesAndWakesReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer server.Close()
-	c := &writeTimeoutConn{Conn: server, timeout: 5 * time.Second, lingerFor: time.Minute}
+	c := &Conn{Conn: server, timeout: 5 * time.Second, lingerFor: time.Minute}
 	readErr := make(chan error, 1)
 	go func() { // mochi's reader: reads until an error
 		buf := make([]byte, 16)
@@ -148,7 +148,7 @@ func (d *deadlineConn) SetDeadline(time.Time) error {
 // are set exactly.
 func TestDeadlinesCoalesced(t *testing.T) {
 	d := &deadlineConn{}
-	c := &writeTimeoutConn{Conn: d, timeout: 5 * time.Second}
+	c := &Conn{Conn: d, timeout: 5 * time.Second}
 	for range 10_000 {
 		asked := time.Now().Add(90 * time.Second) // keep alive 60 s
 		if err := c.SetDeadline(asked); err != nil {

@@ -1,4 +1,9 @@
-package bridge
+// Package mqttconn wraps the MQTT listeners' connections: a deadline on
+// every write (a subscriber that stops reading is cut off instead of
+// blocking everyone who publishes to it), corking (many writes, one system
+// call), coalesced deadlines (mochi moves the keep-alive deadline before
+// every packet it reads), and a graceful close (half-close, then linger).
+package mqttconn
 
 import (
 	"net"
@@ -9,7 +14,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/listeners"
 )
 
-// writeTimeoutListener wraps a mochi listener so that every connection it
+// Listener wraps a mochi listener so that every connection it
 // establishes gets a write deadline (mqtt.write_timeout) before each write.
 // mochi holds the client's lock while it writes, and every QoS>0 delivery
 // to that client (NextPacketID) takes the same lock: without a bound, a
@@ -19,25 +24,25 @@ import (
 // minutes). With it, a stuck subscriber is disconnected after this long,
 // like a NATS slow consumer; messages its queue could not take meanwhile
 // are dropped and counted (ferry_mqtt_subscriber_drops_total).
-type writeTimeoutListener struct {
+type Listener struct {
 	listeners.Listener
-	timeout time.Duration
+	Timeout time.Duration // mqtt.write_timeout
 }
 
-func (l *writeTimeoutListener) Serve(establish listeners.EstablishFn) {
+func (l *Listener) Serve(establish listeners.EstablishFn) {
 	l.Listener.Serve(func(id string, c net.Conn) error {
-		return establish(id, &writeTimeoutConn{Conn: c, timeout: l.timeout})
+		return establish(id, &Conn{Conn: c, timeout: l.Timeout})
 	})
 }
 
 // mqttCloseLinger bounds how long a connection Ferry closes keeps reading
-// (and discarding) after it has half-closed (see writeTimeoutConn.Close).
+// (and discarding) after it has half-closed (see Conn.Close).
 const mqttCloseLinger = time.Second
 
-// writeTimeoutConn also corks: between cork and uncork, writes (mochi's and
+// Conn also corks: between cork and uncork, writes (mochi's and
 // the acknowledgement queue's) are collected in order and leave with one
 // system call at uncork. And it closes gracefully (Close).
-type writeTimeoutConn struct {
+type Conn struct {
 	net.Conn
 	timeout   time.Duration
 	lingerFor time.Duration // 0: mqttCloseLinger
@@ -56,7 +61,7 @@ type writeTimeoutConn struct {
 	closeOnce sync.Once
 }
 
-func (c *writeTimeoutConn) Write(b []byte) (int, error) {
+func (c *Conn) Write(b []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.wclosed {
@@ -69,21 +74,22 @@ func (c *writeTimeoutConn) Write(b []byte) (int, error) {
 	return c.write(b)
 }
 
-func (c *writeTimeoutConn) cork() {
+func (c *Conn) cork() {
 	c.mu.Lock()
 	c.corked = true
 	c.mu.Unlock()
 }
 
-// Cork and Uncork are cork and uncork for the session engine's replays
-// (session: a replay writes each fetch's deliveries corked).
-func (c *writeTimeoutConn) Cork()   { c.cork() }
-func (c *writeTimeoutConn) Uncork() { c.uncork() }
+// Cork and Uncork are cork and uncork for the bridge's acknowledgement
+// queue (a batch of PUBACKs) and the session engine's replays (each
+// fetch's deliveries).
+func (c *Conn) Cork()   { c.cork() }
+func (c *Conn) Uncork() { c.uncork() }
 
 // uncork writes what was held. A write error closes the connection (see
 // write), which ends the session; the writers that were told success are
 // mochi's (for an ending connection) and the acknowledgement queue.
-func (c *writeTimeoutConn) uncork() {
+func (c *Conn) uncork() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.corked = false
@@ -91,7 +97,7 @@ func (c *writeTimeoutConn) uncork() {
 }
 
 // flushHeld writes the held bytes; c.mu is held.
-func (c *writeTimeoutConn) flushHeld() {
+func (c *Conn) flushHeld() {
 	if len(c.held) > 0 && !c.wclosed {
 		_, _ = c.write(c.held)
 	}
@@ -123,7 +129,7 @@ func coalesce(cur, t, now time.Time) (time.Time, bool) {
 	return t.Add(min(t.Sub(now)/16, deadlineSlack)), false
 }
 
-func (c *writeTimeoutConn) write(b []byte) (int, error) {
+func (c *Conn) write(b []byte) (int, error) {
 	now := time.Now()
 	if dl, ok := coalesce(c.wdl, now.Add(c.timeout), now); !ok {
 		if err := c.Conn.SetWriteDeadline(dl); err != nil {
@@ -142,7 +148,7 @@ func (c *writeTimeoutConn) write(b []byte) (int, error) {
 
 // Read fails once the connection is closing: whatever the client sends
 // after that is discarded.
-func (c *writeTimeoutConn) Read(b []byte) (int, error) {
+func (c *Conn) Read(b []byte) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	if c.closing.Load() {
@@ -159,9 +165,9 @@ func (c *writeTimeoutConn) Read(b []byte) (int, error) {
 // before each read: ignored once closing, so that they cannot revive a
 // reader that Close has woken. Both set only the read deadline (coalesced):
 // every write sets its own deadline (write).
-func (c *writeTimeoutConn) SetDeadline(t time.Time) error { return c.SetReadDeadline(t) }
+func (c *Conn) SetDeadline(t time.Time) error { return c.SetReadDeadline(t) }
 
-func (c *writeTimeoutConn) SetReadDeadline(t time.Time) error {
+func (c *Conn) SetReadDeadline(t time.Time) error {
 	c.dmu.Lock()
 	defer c.dmu.Unlock()
 	if c.closing.Load() {
@@ -191,7 +197,7 @@ func (c *writeTimeoutConn) SetReadDeadline(t time.Time) error {
 // still held, half-closes (FIN after the last byte), reads and discards
 // until the client closes or for mqttCloseLinger at most, then closes. A
 // connection that cannot half-close (WebSocket) is closed at once.
-func (c *writeTimeoutConn) Close() error {
+func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
 		c.dmu.Lock()
 		c.closing.Store(true)
@@ -210,7 +216,7 @@ func (c *writeTimeoutConn) Close() error {
 	return nil
 }
 
-func (c *writeTimeoutConn) lingerAndClose() {
+func (c *Conn) lingerAndClose() {
 	c.mu.Lock() // after a write in progress (bounded by the write timeout)
 	c.flushHeld()
 	c.corked, c.wclosed = false, true
