@@ -14,6 +14,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	produceAPI "github.com/segmentio/kafka-go/protocol/produce"
+	"github.com/segmentio/kafka-go/protocol/rawproduce"
 
 	"github.com/ferry-bridge/ferry/internal/fakekafka"
 	"github.com/ferry-bridge/ferry/internal/testhelp"
@@ -442,11 +443,11 @@ func TestSlotFinderAnyResponseOrder(t *testing.T) {
 	c := &produceCall{}
 	for ti, name := range []string{"a", "b", "c"} {
 		tq := &topicQ{name: name}
-		c.req.Topics = append(c.req.Topics, produceAPI.RequestTopic{Topic: name})
+		c.req.Topics = append(c.req.Topics, rawproduce.RequestTopic{Topic: name})
 		for pi := range 3 {
 			pq := &partQ{t: tq, id: int32(pi)}
 			c.slots = append(c.slots, callSlot{pq: pq, ti: ti, pi: pi})
-			c.req.Topics[ti].Partitions = append(c.req.Topics[ti].Partitions, produceAPI.RequestPartition{Partition: int32(pi)})
+			c.req.Topics[ti].Partitions = append(c.req.Topics[ti].Partitions, rawproduce.RequestPartition{Partition: int32(pi)})
 		}
 	}
 	f := newSlotFinder(c)

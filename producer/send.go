@@ -1,14 +1,17 @@
 package producer
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 	produceAPI "github.com/segmentio/kafka-go/protocol/produce"
+	"github.com/segmentio/kafka-go/protocol/rawproduce"
 )
 
 // produceCall is one produce request to one broker: a chunk of every ready
@@ -16,8 +19,8 @@ import (
 type produceCall struct {
 	b       *brokerQ
 	parts   []*partQ
-	req     produceAPI.Request
-	slots   []callSlot // where each partition sits in req
+	req     rawproduce.Request // record sets encoded by send (encodeBatch)
+	slots   []callSlot         // where each partition sits in req
 	bytes   int
 	records int
 
@@ -61,7 +64,7 @@ func (p *Producer) dispatch(ctx context.Context) {
 				kept = append(kept, pq)
 				continue
 			}
-			c = &produceCall{b: b, req: produceAPI.Request{Acks: int16(p.acks), Timeout: int32(p.cfg.AckTimeout / time.Millisecond)}}
+			c = &produceCall{b: b, req: rawproduce.Request{Acks: int16(p.acks), Timeout: int32(p.cfg.AckTimeout / time.Millisecond)}}
 			b.building = c
 			calls = append(calls, c)
 		}
@@ -133,14 +136,11 @@ func (p *Producer) add(c *produceCall, pq *partQ, now time.Time) bool {
 	tq := pq.t
 	if tq.call != c {
 		tq.call, tq.callIdx = c, len(c.req.Topics)
-		c.req.Topics = append(c.req.Topics, produceAPI.RequestTopic{Topic: tq.name})
+		c.req.Topics = append(c.req.Topics, rawproduce.RequestTopic{Topic: tq.name})
 	}
 	rt := &c.req.Topics[tq.callIdx]
 	c.slots = append(c.slots, callSlot{pq: pq, ti: tq.callIdx, pi: len(rt.Partitions)})
-	rt.Partitions = append(rt.Partitions, produceAPI.RequestPartition{
-		Partition: pq.id,
-		RecordSet: protocol.RecordSet{Attributes: protocol.Attributes(p.codec) & 0x7},
-	})
+	rt.Partitions = append(rt.Partitions, rawproduce.RequestPartition{Partition: pq.id})
 	c.parts = append(c.parts, pq)
 	c.bytes += bytes
 	c.records += n
@@ -153,20 +153,36 @@ func (p *Producer) add(c *produceCall, pq *partQ, now time.Time) bool {
 // succeeded (their clients need not wait for the loop); the loop settles
 // the rest. The partitions' flight records are not changed while in flight.
 func (p *Producer) send(ctx context.Context, c *produceCall) {
-	var krecs []kafka.Record
-	for _, sl := range c.slots {
-		start := len(krecs)
-		for _, r := range sl.pq.flight {
-			// Fresh readers for every attempt: a produce request reads them
-			// to the end; a retry with spent readers would write empty records.
-			krecs = append(krecs, kafka.Record{Time: r.Received, Key: kafka.NewBytes(r.Key), Value: kafka.NewBytes(r.Value), Headers: r.Headers})
+	buf := requestPool.Get().(*[]byte)
+	b, ends := (*buf)[:0], make([]int, len(c.slots))
+	now := time.Now()
+	for i, sl := range c.slots {
+		var err error
+		if b, err = encodeBatch(b, sl.pq.flight, p.codec, now); err != nil {
+			c.err = err
+			p.results <- c
+			return
 		}
-		c.req.Topics[sl.ti].Partitions[sl.pi].RecordSet.Records = protocol.NewRecordReader(krecs[start:]...)
+		ends[i] = len(b)
+	}
+	// Fresh readers for every attempt: a request reads them to the end.
+	for i, sl := range c.slots {
+		from := 0
+		if i > 0 {
+			from = ends[i-1]
+		}
+		c.req.Topics[sl.ti].Partitions[sl.pi].RecordSet = protocol.RawRecordSet{Reader: bytes.NewReader(b[from:ends[i]])}
 	}
 	rctx, cancel := context.WithTimeout(ctx, p.cfg.AckTimeout)
 	c.start = time.Now()
 	res, err := p.rt.RoundTrip(rctx, p.addr, &c.req)
 	cancel()
+	if err == nil && cap(b) <= 8<<20 {
+		// Only after an answer: a request given up on may still be being
+		// written from b.
+		*buf = b
+		requestPool.Put(buf)
+	}
 	switch {
 	case err != nil:
 		c.err = err
@@ -182,6 +198,9 @@ func (p *Producer) send(ctx context.Context, c *produceCall) {
 	}
 	p.results <- c
 }
+
+// requestPool holds the buffers of produce requests' record sets.
+var requestPool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
 
 // settle gives each slot its outcome from the response and acknowledges
 // the records of those that succeeded.

@@ -4,9 +4,12 @@
 package fakekafka
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net"
 	"sync"
@@ -17,6 +20,7 @@ import (
 	createtopicsAPI "github.com/segmentio/kafka-go/protocol/createtopics"
 	metadataAPI "github.com/segmentio/kafka-go/protocol/metadata"
 	produceAPI "github.com/segmentio/kafka-go/protocol/produce"
+	"github.com/segmentio/kafka-go/protocol/rawproduce"
 )
 
 // Kafka is a fault-injecting kafka-go RoundTripper: it answers
@@ -141,6 +145,12 @@ func (f *Kafka) RoundTrip(ctx context.Context, _ net.Addr, msg protocol.Message)
 		return f.createTopics(req), nil
 	case *produceAPI.Request:
 		return f.produce(ctx, req)
+	case *rawproduce.Request:
+		dec, err := decodeRaw(req)
+		if err != nil {
+			return nil, err
+		}
+		return f.produce(ctx, dec)
 	}
 	return nil, fmt.Errorf("fakekafka: unexpected request %T", msg)
 }
@@ -262,6 +272,65 @@ func (f *Kafka) produce(ctx context.Context, req *produceAPI.Request) (protocol.
 		res.Topics = append(res.Topics, out)
 	}
 	return res, nil
+}
+
+// decodeRaw is req with its pre-encoded record sets decoded, after the checks
+// a broker makes of each: one v2 record batch whose sizes add up and whose
+// CRC-32C is right (a broker refuses a corrupt batch with CORRUPT_MESSAGE).
+func decodeRaw(req *rawproduce.Request) (*produceAPI.Request, error) {
+	out := &produceAPI.Request{TransactionalID: req.TransactionalID, Acks: req.Acks, Timeout: req.Timeout}
+	for _, rt := range req.Topics {
+		ot := produceAPI.RequestTopic{Topic: rt.Topic}
+		for _, rp := range rt.Partitions {
+			if rp.RecordSet.Reader == nil {
+				return nil, fmt.Errorf("fakekafka: %s/%d: no record set", rt.Topic, rp.Partition)
+			}
+			b, err := io.ReadAll(rp.RecordSet.Reader)
+			if err != nil {
+				return nil, err
+			}
+			if err := CheckBatch(b); err != nil {
+				return nil, fmt.Errorf("fakekafka: %s/%d: %w", rt.Topic, rp.Partition, err)
+			}
+			var rs protocol.RecordSet
+			if _, err := rs.ReadFrom(bytes.NewReader(b)); err != nil {
+				return nil, fmt.Errorf("fakekafka: %s/%d: decoding: %w", rt.Topic, rp.Partition, err)
+			}
+			ot.Partitions = append(ot.Partitions, produceAPI.RequestPartition{Partition: rp.Partition, RecordSet: rs})
+		}
+		out.Topics = append(out.Topics, ot)
+	}
+	return out, nil
+}
+
+// CheckBatch checks a produce request partition's record set b (its int32
+// size, then record batches) as a broker does: magic 2, every batch's
+// length inside the set, its CRC-32C over attributes to end.
+func CheckBatch(b []byte) error {
+	if len(b) < 4 || int(binary.BigEndian.Uint32(b)) != len(b)-4 {
+		return fmt.Errorf("record set size does not match its %d bytes", len(b))
+	}
+	b = b[4:]
+	if len(b) == 0 {
+		return errors.New("empty record set")
+	}
+	for len(b) > 0 {
+		if len(b) < 61 {
+			return fmt.Errorf("record batch of %d bytes: shorter than its header", len(b))
+		}
+		n := int(binary.BigEndian.Uint32(b[8:])) + 12
+		if n < 61 || n > len(b) {
+			return fmt.Errorf("record batch length %d outside the set's %d bytes", n, len(b))
+		}
+		if b[16] != 2 {
+			return fmt.Errorf("record batch magic %d, want 2", b[16])
+		}
+		if got, want := crc32.Checksum(b[21:n], crc32.MakeTable(crc32.Castagnoli)), binary.BigEndian.Uint32(b[17:]); got != want {
+			return fmt.Errorf("record batch CRC %08x, computed %08x", want, got)
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
 func readRecords(rr protocol.RecordReader) ([]Rec, error) {
