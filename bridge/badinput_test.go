@@ -127,7 +127,14 @@ func TestBadInputTooLargeForKafka(t *testing.T) {
 			publishAcked(t, b.MQTTAddr(), fmt.Sprintf("small%d-%s", round, randHex(3)), prefix+"/small", good/3)
 		}
 	}()
-	big := bytes.Repeat([]byte("y"), 2000)
+	// Random bytes: a compressed batch (kafka.compression, lz4 by default)
+	// of a repeated byte would fit in 1,000 bytes, and Kafka's limit is on
+	// the batch as stored.
+	big := make([]byte, 2000)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i := range big {
+		big[i] = byte(rng.Uint32())
+	}
 	for _, v := range []byte{5, 4, 5} {
 		c, err := dialLight(&net.Dialer{Timeout: 5 * time.Second}, b.MQTTAddr(), fmt.Sprintf("kbig%d-%s", v, randHex(3)), v, 60)
 		if err != nil {
