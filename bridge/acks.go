@@ -60,6 +60,9 @@ type ackQueue struct {
 	// (hook.publishQoS2).
 	qos2Floor atomic.Pointer[session.Coord]
 
+	// pub is what its publishes share (its read goroutine's).
+	pub pubCache
+
 	mu       sync.Mutex
 	queue    []*pending
 	draining bool

@@ -181,7 +181,7 @@ func (h *hook) OnWillSent(cl *mqtt.Client, pk packets.Packet) {
 		h.logs.Warn(pk.TopicName, "will not bridged: topic cannot be mapped to Kafka", "client", cl.ID, "topic", pk.TopicName, "err", err)
 		return
 	}
-	h.enqueueQoS0(&h.newRecord(cl, pk, route).Record)
+	h.enqueueQoS0(&h.newRecord(cl, pk, route, nil).Record)
 }
 
 func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
@@ -193,12 +193,20 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	}
 	qos := pk.FixedHeader.Qos
 	h.metrics.publishes[qos].Inc()
-	if qos > 0 && !h.queue(cl).admit() {
+	// A QoS 0 publisher keeps no per-connection state (no ackQueue): its
+	// routes are not cached.
+	var q *ackQueue
+	var pc *pubCache
+	if qos > 0 {
+		q = h.queue(cl)
+		pc = &q.pub
+	}
+	if qos > 0 && !q.admit() {
 		h.logs.Warn(cl.ID, "disconnecting client: more unacknowledged QoS 1/2 publishes than the Receive Maximum", "client", cl.ID, "receive_maximum", h.cfg.MQTT.MaxInflight)
 		_ = h.server.DisconnectClient(cl, packets.ErrReceiveMaximum) // [MQTT-3.3.4-9]
 		return pk, packets.ErrRejectPacket
 	}
-	route, err := h.tm.Forward(pk.TopicName)
+	route, err := pc.forward(h.tm, pk.TopicName)
 	if errors.Is(err, topicmap.ErrExcluded) {
 		return h.notBridged(cl, pk)
 	}
@@ -206,11 +214,11 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		h.metrics.drops.WithLabelValues("unmappable_topic").Inc()
 		h.logs.Warn(pk.TopicName, "publish refused: topic cannot be mapped to Kafka", "client", cl.ID, "topic", pk.TopicName, "err", err)
 		if qos > 0 {
-			h.queue(cl).refuse(&pk, fmt.Errorf("%w: %v", ErrTopicRejected, err))
+			q.refuse(&pk, fmt.Errorf("%w: %v", ErrTopicRejected, err))
 		}
 		return pk, packets.ErrRejectPacket
 	}
-	fr := h.newRecord(cl, pk, route)
+	fr := h.newRecord(cl, pk, route, pc)
 	rec := &fr.Record
 	switch qos {
 	case 0:
@@ -218,7 +226,7 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		h.enqueueQoS0(rec)
 		return pk, nil
 	case 1:
-		h.publishQoS1(cl, pk, fr)
+		h.publishQoS1(q, pk, fr)
 		return pk, packets.ErrRejectPacket
 	default:
 		if !h.publishQoS2(cl, &pk, rec) {
@@ -246,7 +254,10 @@ func (h *hook) OnPublished(cl *mqtt.Client, pk packets.Packet) {
 	}
 }
 
-func (h *hook) newRecord(cl *mqtt.Client, pk packets.Packet, route topicmap.Route) *fwdRecord {
+// newRecord builds the forward record of pk; pc, when not nil, is the
+// publishing connection's cache (its topic and client id bytes are shared
+// with its earlier records instead of copied).
+func (h *hook) newRecord(cl *mqtt.Client, pk packets.Packet, route topicmap.Route, pc *pubCache) *fwdRecord {
 	now := time.Now()
 	std := topicmap.Standard{Topic: pk.TopicName, QoS: pk.FixedHeader.Qos, Retain: pk.FixedHeader.Retain,
 		ClientID: cl.ID, Expiry: pk.Properties.MessageExpiryInterval}
@@ -261,7 +272,11 @@ func (h *hook) newRecord(cl *mqtt.Client, pk packets.Packet, route topicmap.Rout
 	if n := h.hdrs.Count(std) + len(route.Headers) + len(pk.Properties.User); n > len(fr.hdrs) {
 		hs = make([]kafka.Header, 0, n)
 	}
-	hs = topicmap.AppendStandard(h.hdrs, hs, std)
+	var sb topicmap.StandardBytes
+	if pc != nil {
+		sb = pc.bytes(pk.TopicName, cl.ID)
+	}
+	hs = topicmap.AppendStandardBuf(h.hdrs, hs, fr.vals[:0], std, sb)
 	for _, rh := range route.Headers {
 		hs = append(hs, kafka.Header{Key: rh.Key, Value: rh.Value})
 	}
@@ -270,11 +285,13 @@ func (h *hook) newRecord(cl *mqtt.Client, pk packets.Packet, route topicmap.Rout
 }
 
 // fwdRecord is a forward record with room for its headers (the default set
-// is at most 7) and, for a QoS 1 publish, its place in the connection's
-// acknowledgement queue: one allocation per message instead of three.
+// is at most 7) and their own values (packet id, sequence, expiry) and, for a
+// QoS 1 publish, its place in the connection's acknowledgement queue: one
+// allocation per message instead of four.
 type fwdRecord struct {
 	producer.Record
 	hdrs [7]kafka.Header
+	vals [40]byte
 	ack  pending
 }
 
@@ -347,8 +364,8 @@ func (h *hook) push(rec *producer.Record) error {
 	return nil
 }
 
-func (h *hook) publishQoS1(cl *mqtt.Client, pk packets.Packet, fr *fwdRecord) {
-	q, rec := h.queue(cl), &fr.Record
+func (h *hook) publishQoS1(q *ackQueue, pk packets.Packet, fr *fwdRecord) {
+	cl, rec := q.cl, &fr.Record
 	rec.Deadline = rec.Received.Add(h.cfg.Kafka.AckTimeout)
 	// Bound the pipeline: wait for a slot as long as the client would wait
 	// for its acknowledgement anyway. (An MQTT v5 client never waits here:

@@ -235,12 +235,28 @@ func (b *HeaderBuilder) Count(s Standard) int {
 // when 0). Values are ASCII as ParseStandard reads them; the variable ones
 // share one allocation, each capped at its own length.
 func AppendStandard[H HeaderType](b *HeaderBuilder, dst []H, s Standard) []H {
+	return AppendStandardBuf(b, dst, nil, s, StandardBytes{})
+}
+
+// StandardBytes are a Standard's Topic and ClientID as bytes, for
+// AppendStandardBuf to use as header values as they are, without copying:
+// the caller never changes them (a connection's records may share them).
+// Nil: copied.
+type StandardBytes struct {
+	Topic, ClientID []byte
+}
+
+// AppendStandardBuf is AppendStandard with the values of sb used as they are,
+// and the other variable values written into buf's spare capacity when they
+// fit (else into one allocation): a caller that keeps buf with the record
+// builds its headers without allocating.
+func AppendStandardBuf[H HeaderType](b *HeaderBuilder, dst []H, buf []byte, s Standard, sb StandardBytes) []H {
 	set := b.set
 	n := 0
-	if set&bitTopic != 0 {
+	if set&bitTopic != 0 && sb.Topic == nil {
 		n += len(s.Topic)
 	}
-	if set&bitClientID != 0 {
+	if set&bitClientID != 0 && sb.ClientID == nil {
 		n += len(s.ClientID)
 	}
 	if set&bitSeq != 0 && s.Seq != 0 {
@@ -252,24 +268,31 @@ func AppendStandard[H HeaderType](b *HeaderBuilder, dst []H, s Standard) []H {
 	if set&bitExpiry != 0 && s.Expiry != 0 {
 		n += 10
 	}
-	var buf []byte
-	if n > 0 {
+	if n > cap(buf)-len(buf) {
 		buf = make([]byte, 0, n)
 	}
 	// val returns what was appended to buf since start, capped.
 	val := func(start int) []byte { return buf[start:len(buf):len(buf)] }
 	if set&bitTopic != 0 && s.Topic != "" {
-		start := len(buf)
-		buf = append(buf, s.Topic...)
-		dst = append(dst, H(Header{Key: HeaderMQTTTopic, Value: val(start)}))
+		if sb.Topic != nil {
+			dst = append(dst, H(Header{Key: HeaderMQTTTopic, Value: sb.Topic}))
+		} else {
+			start := len(buf)
+			buf = append(buf, s.Topic...)
+			dst = append(dst, H(Header{Key: HeaderMQTTTopic, Value: val(start)}))
+		}
 	}
 	if set&bitQoS != 0 && s.QoS <= 2 {
 		dst = append(dst, H(Header{Key: HeaderQoS, Value: b.qos[s.QoS]}))
 	}
 	if set&bitClientID != 0 && s.ClientID != "" {
-		start := len(buf)
-		buf = append(buf, s.ClientID...)
-		dst = append(dst, H(Header{Key: HeaderClientID, Value: val(start)}))
+		if sb.ClientID != nil {
+			dst = append(dst, H(Header{Key: HeaderClientID, Value: sb.ClientID}))
+		} else {
+			start := len(buf)
+			buf = append(buf, s.ClientID...)
+			dst = append(dst, H(Header{Key: HeaderClientID, Value: val(start)}))
+		}
 	}
 	if set&bitOrigin != 0 && len(b.origin) > 0 {
 		dst = append(dst, H(Header{Key: HeaderOrigin, Value: b.origin}))

@@ -130,3 +130,37 @@ func TestAppendStandardAllocs(t *testing.T) {
 		t.Fatalf("AppendStandard: %v allocations, want 1 (the record's own values)", n)
 	}
 }
+
+// AppendStandardBuf writes what AppendStandard writes; with the topic and
+// client id given as bytes and room in buf for the rest it allocates
+// nothing, uses the given bytes as they are, and never writes past buf's
+// capacity (a value that does not fit is allocated).
+func TestAppendStandardBuf(t *testing.T) {
+	b := NewHeaderBuilder(AllHeaders, "ferry-1")
+	std := Standard{Topic: "sensors/dev42/temp", QoS: 1, Retain: true, ClientID: "c1", PacketID: 7, Seq: 42, Expiry: 60}
+	sb := StandardBytes{Topic: []byte(std.Topic), ClientID: []byte(std.ClientID)}
+	want := AppendStandard(b, []Header(nil), std)
+	for _, tc := range []struct {
+		name string
+		buf  []byte
+		sb   StandardBytes
+	}{{"bytes and room", make([]byte, 0, 40), sb}, {"room only", make([]byte, 0, 80), StandardBytes{}}, {"no room", make([]byte, 0, 3), sb}, {"nil", nil, StandardBytes{}}} {
+		got := AppendStandardBuf(b, []Header(nil), tc.buf, std, tc.sb)
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d headers, want %d", tc.name, len(got), len(want))
+		}
+		for i := range got {
+			if got[i].Key != want[i].Key || string(got[i].Value) != string(want[i].Value) {
+				t.Fatalf("%s: header %d %s=%q, want %s=%q", tc.name, i, got[i].Key, got[i].Value, want[i].Key, want[i].Value)
+			}
+		}
+		if tc.sb.Topic != nil && &got[0].Value[0] != &tc.sb.Topic[0] {
+			t.Errorf("%s: the topic bytes were copied", tc.name)
+		}
+	}
+	buf := make([]byte, 0, 40)
+	dst := make([]Header, 0, 8)
+	if n := testing.AllocsPerRun(100, func() { _ = AppendStandardBuf(b, dst[:0], buf, std, sb) }); n != 0 {
+		t.Fatalf("AppendStandardBuf with room: %v allocations, want 0", n)
+	}
+}
