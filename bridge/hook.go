@@ -184,6 +184,11 @@ func (h *hook) OnWillSent(cl *mqtt.Client, pk packets.Packet) {
 	h.enqueueQoS0(&h.newRecord(cl, pk, route, nil).Record)
 }
 
+// errRejectPacket is packets.ErrRejectPacket boxed once: returning the
+// struct as an error boxes it anew, an allocation per QoS 1 publish (Ferry
+// rejects each, to acknowledge it after Kafka).
+var errRejectPacket error = packets.ErrRejectPacket
+
 func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	if cl.Net.Inline {
 		// Published by the reverse path or our own local delivery: never
@@ -204,7 +209,7 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	if qos > 0 && !q.admit() {
 		h.logs.Warn(cl.ID, "disconnecting client: more unacknowledged QoS 1/2 publishes than the Receive Maximum", "client", cl.ID, "receive_maximum", h.cfg.MQTT.MaxInflight)
 		_ = h.server.DisconnectClient(cl, packets.ErrReceiveMaximum) // [MQTT-3.3.4-9]
-		return pk, packets.ErrRejectPacket
+		return pk, errRejectPacket
 	}
 	route, err := pc.forward(h.tm, pk.TopicName)
 	if errors.Is(err, topicmap.ErrExcluded) {
@@ -216,7 +221,7 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		if qos > 0 {
 			q.refuse(&pk, fmt.Errorf("%w: %v", ErrTopicRejected, err))
 		}
-		return pk, packets.ErrRejectPacket
+		return pk, errRejectPacket
 	}
 	fr := h.newRecord(cl, pk, route, pc)
 	rec := &fr.Record
@@ -227,10 +232,10 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		return pk, nil
 	case 1:
 		h.publishQoS1(q, pk, fr)
-		return pk, packets.ErrRejectPacket
+		return pk, errRejectPacket
 	default:
 		if !h.publishQoS2(cl, &pk, rec) {
-			return pk, packets.ErrRejectPacket
+			return pk, errRejectPacket
 		}
 		if h.inj != nil {
 			// mochi delivers it on this goroutine next; OnPublished ends it
@@ -506,7 +511,7 @@ func (h *hook) notBridged(cl *mqtt.Client, pk packets.Packet) (packets.Packet, e
 		if !h.writeRetained(cl, &pk, func(err error) { q.complete(p, err) }) {
 			q.complete(p, nil)
 		}
-		return pk, packets.ErrRejectPacket
+		return pk, errRejectPacket
 	default:
 		q := h.queue(cl)
 		p := q.add(&pk, nil)
@@ -515,7 +520,7 @@ func (h *hook) notBridged(cl *mqtt.Client, pk packets.Packet) (packets.Packet, e
 			q.complete(p, nil)
 		}
 		if !h.waitTurn(cl, &pk, p, time.Now().Add(h.cfg.Kafka.AckTimeout)) {
-			return pk, packets.ErrRejectPacket
+			return pk, errRejectPacket
 		}
 		return pk, nil
 	}

@@ -53,7 +53,12 @@ type partQ struct {
 	failures int // consecutive failed attempts; > 0 = stalled
 	backoff  time.Duration
 	retryAt  time.Time
-	single   int // send this many records one per request (after a batch was too large)
+	// After Kafka refused a batch for what one record may be: the next
+	// splitLeft records go at most splitLimit per request, halved at each
+	// refusal of a batch of several and doubled at each success, so that
+	// only the bad records are refused, in O(log n) round trips instead of
+	// one per record.
+	splitLeft, splitLimit int
 
 	// While the topic gains partitions (growth): the records it held then,
 	// settled up to oldsAt; draining until they all are.

@@ -95,3 +95,45 @@ func TestProducerCorruptQoS0GivenUp(t *testing.T) {
 		return metricValue(h.m.Held) == 0
 	})
 }
+
+// A batch of 512 records refused for one bad record is split in halves,
+// not sent one record per request: the innocent records reach Kafka in
+// order within about 2 x log2(512) extra round trips (one per record took
+// 512, seconds under load, and records queued behind them missed their
+// deadline).
+func TestProducerRefusedBatchSplitsInHalves(t *testing.T) {
+	fk := fakekafka.New()
+	fk.AddTopic("t", 1)
+	fk.PartFault = poisonFault(map[string]kafka.Error{"bad": kafka.MessageSizeTooLarge})
+	h := newProdHarness(t, fk, 1024, nil)
+	var outs []outcome
+	var want []string
+	for i := range 512 {
+		v := fmt.Sprintf("good-%d", i)
+		if i == 300 {
+			v = "bad-300"
+		} else {
+			want = append(want, v)
+		}
+		r, o := h.rec("t", "k", v, 1, 30*time.Second)
+		h.push(r)
+		outs = append(outs, o)
+	}
+	h.start()
+	for i, o := range outs {
+		err, _ := o.wait(t, 30*time.Second)
+		switch {
+		case i == 300 && !errors.Is(err, ErrTooLarge):
+			t.Fatalf("bad record: err = %v, want ErrTooLarge", err)
+		case i < 300 && err != nil:
+			t.Fatalf("record %d, before the bad one: %v", i, err)
+		}
+	}
+	got := fakekafka.Values(fk.Log("t", 0))
+	if !slices.Equal(got, want[:len(got)]) || len(got) < 300 {
+		t.Fatalf("Kafka has %d records, not the first %d good ones in order", len(got), 300)
+	}
+	if _, reqs, _ := fk.Stats(); len(reqs) > 40 {
+		t.Fatalf("%d produce requests for 512 records with one bad: the batch was not split in halves", len(reqs))
+	}
+}

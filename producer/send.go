@@ -104,8 +104,8 @@ func (p *Producer) lingered(pq *partQ, now time.Time) bool {
 // the way.
 func (p *Producer) add(c *produceCall, pq *partQ, now time.Time) bool {
 	limit := p.cfg.MaxBatch
-	if pq.single > 0 {
-		limit = 1
+	if pq.splitLeft > 0 {
+		limit = pq.splitLimit
 	}
 	i, n, bytes := 0, 0, 0
 	for i < len(pq.q) && n < limit {
@@ -321,8 +321,8 @@ func (p *Producer) outcome(pq *partQ, err error, now time.Time) {
 	switch {
 	case err == nil: // acknowledged by settle
 		p.held -= len(pq.flight)
-		if pq.single > 0 {
-			pq.single -= len(pq.flight)
+		if pq.splitLeft -= len(pq.flight); pq.splitLeft > 0 {
+			pq.splitLimit = min(2*pq.splitLimit, p.cfg.MaxBatch) // past the bad part: grow back
 		}
 		clear(pq.flight)
 		pq.flight = pq.flight[:0]
@@ -330,16 +330,16 @@ func (p *Producer) outcome(pq *partQ, err error, now time.Time) {
 		pq.failures, pq.backoff = 0, 0
 	case recordRejected(err) && len(pq.flight) > 1:
 		// Kafka refused the batch for what one record may be (too large
-		// for max.message.bytes, invalid, corrupt): send these records one
-		// by one, so that only the bad ones are refused.
-		pq.single = len(pq.flight)
+		// for max.message.bytes, invalid, corrupt): send these records in
+		// halves, and halves of a refused half, so that only the bad ones
+		// are refused.
+		pq.splitLeft = max(pq.splitLeft, len(pq.flight))
+		pq.splitLimit = len(pq.flight) / 2
 		p.held -= pq.requeue()
 	case recordRejected(err):
 		p.fail(pq.flight[0], classify(err), now, false) // can never be written: blocks nobody
 		p.held -= len(pq.flight)
-		if pq.single > 0 {
-			pq.single--
-		}
+		pq.splitLeft--
 		clear(pq.flight)
 		pq.flight = pq.flight[:0]
 		pq.inflight = false

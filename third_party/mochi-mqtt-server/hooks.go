@@ -272,7 +272,7 @@ func (h *Hooks) OnPacketRead(cl *Client, pk packets.Packet) (pkx packets.Packet,
 	for _, hook := range h.GetAll() {
 		if hook.Provides(OnPacketRead) {
 			npk, err := hook.OnPacketRead(cl, pkx)
-			if err != nil && errors.Is(err, packets.ErrRejectPacket) {
+			if err != nil && errors.Is(err, errRejectPacket) {
 				h.Log.Debug("packet rejected", "hook", hook.ID(), "packet", pkx)
 				return pk, err
 			} else if err != nil {
@@ -400,7 +400,7 @@ func (h *Hooks) OnPublish(cl *Client, pk packets.Packet) (pkx packets.Packet, er
 		if hook.Provides(OnPublish) {
 			npk, err := hook.OnPublish(cl, pkx)
 			if err != nil {
-				if errors.Is(err, packets.ErrRejectPacket) {
+				if errors.Is(err, errRejectPacket) {
 					if h.Log.Enabled(context.Background(), slog.LevelDebug) {
 						h.Log.Debug("publish packet rejected",
 							"error", err,
@@ -408,7 +408,7 @@ func (h *Hooks) OnPublish(cl *Client, pk packets.Packet) (pkx packets.Packet, er
 							"packet", pkx)
 					}
 					return pk, err
-				} else if errors.Is(err, packets.CodeSuccessIgnore) {
+				} else if errors.Is(err, errSuccessIgnore) {
 					return pk, err
 				}
 				h.Log.Error("publish packet error",
@@ -683,6 +683,14 @@ func (h *Hooks) OnACLCheck(cl *Client, topic string, write bool) bool {
 
 	return false
 }
+
+// errRejectPacket and errSuccessIgnore are packets.ErrRejectPacket and
+// packets.CodeSuccessIgnore boxed once: errors.Is with the struct itself as
+// the target boxes it on every call, an allocation per rejected publish.
+var (
+	errRejectPacket  error = packets.ErrRejectPacket
+	errSuccessIgnore error = packets.CodeSuccessIgnore
+)
 
 // HookBase provides a set of default methods for each hook. It should be embedded in
 // all hooks.
