@@ -204,12 +204,12 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	var pc *pubCache
 	if qos > 0 {
 		q = h.queue(cl)
+		if !q.admit() {
+			h.logs.Warn(cl.ID, "disconnecting client: more unacknowledged QoS 1/2 publishes than the Receive Maximum", "client", cl.ID, "receive_maximum", h.cfg.MQTT.MaxInflight)
+			_ = h.server.DisconnectClient(cl, packets.ErrReceiveMaximum) // [MQTT-3.3.4-9]
+			return pk, errRejectPacket
+		}
 		pc = &q.pub
-	}
-	if qos > 0 && !q.admit() {
-		h.logs.Warn(cl.ID, "disconnecting client: more unacknowledged QoS 1/2 publishes than the Receive Maximum", "client", cl.ID, "receive_maximum", h.cfg.MQTT.MaxInflight)
-		_ = h.server.DisconnectClient(cl, packets.ErrReceiveMaximum) // [MQTT-3.3.4-9]
-		return pk, errRejectPacket
 	}
 	route, err := pc.forward(h.tm, pk.TopicName)
 	if errors.Is(err, topicmap.ErrExcluded) {

@@ -154,24 +154,20 @@ func (p *Producer) add(c *produceCall, pq *partQ, now time.Time) bool {
 // the rest. The partitions' flight records are not changed while in flight.
 func (p *Producer) send(ctx context.Context, c *produceCall) {
 	buf := requestPool.Get().(*[]byte)
-	b, ends := (*buf)[:0], make([]int, len(c.slots))
+	b := (*buf)[:0]
 	now := time.Now()
-	for i, sl := range c.slots {
+	for _, sl := range c.slots {
+		from := len(b)
 		var err error
 		if b, err = encodeBatch(b, sl.pq.flight, p.codec, now); err != nil {
 			c.err = err
 			p.results <- c
 			return
 		}
-		ends[i] = len(b)
-	}
-	// Fresh readers for every attempt: a request reads them to the end.
-	for i, sl := range c.slots {
-		from := 0
-		if i > 0 {
-			from = ends[i-1]
-		}
-		c.req.Topics[sl.ti].Partitions[sl.pi].RecordSet = protocol.RawRecordSet{Reader: bytes.NewReader(b[from:ends[i]])}
+		// A fresh reader for every attempt (a request reads it to the end).
+		// Its bytes stay valid when a later append moves b: append never
+		// writes over what an array already holds.
+		c.req.Topics[sl.ti].Partitions[sl.pi].RecordSet = protocol.RawRecordSet{Reader: bytes.NewReader(b[from:])}
 	}
 	rctx, cancel := context.WithTimeout(ctx, p.cfg.AckTimeout)
 	c.start = time.Now()
@@ -321,7 +317,8 @@ func (p *Producer) outcome(pq *partQ, err error, now time.Time) {
 	switch {
 	case err == nil: // acknowledged by settle
 		p.held -= len(pq.flight)
-		if pq.splitLeft -= len(pq.flight); pq.splitLeft > 0 {
+		if pq.splitLeft > 0 {
+			pq.splitLeft -= len(pq.flight)
 			pq.splitLimit = min(2*pq.splitLimit, p.cfg.MaxBatch) // past the bad part: grow back
 		}
 		clear(pq.flight)
@@ -339,7 +336,9 @@ func (p *Producer) outcome(pq *partQ, err error, now time.Time) {
 	case recordRejected(err):
 		p.fail(pq.flight[0], classify(err), now, false) // can never be written: blocks nobody
 		p.held -= len(pq.flight)
-		pq.splitLeft--
+		if pq.splitLeft > 0 {
+			pq.splitLeft--
+		}
 		clear(pq.flight)
 		pq.flight = pq.flight[:0]
 		pq.inflight = false

@@ -273,26 +273,23 @@ func AppendStandardBuf[H HeaderType](b *HeaderBuilder, dst []H, buf []byte, s St
 	}
 	// val returns what was appended to buf since start, capped.
 	val := func(start int) []byte { return buf[start:len(buf):len(buf)] }
-	if set&bitTopic != 0 && s.Topic != "" {
-		if sb.Topic != nil {
-			dst = append(dst, H(Header{Key: HeaderMQTTTopic, Value: sb.Topic}))
-		} else {
-			start := len(buf)
-			buf = append(buf, s.Topic...)
-			dst = append(dst, H(Header{Key: HeaderMQTTTopic, Value: val(start)}))
+	// str is given (the caller's bytes) or v copied into buf.
+	str := func(given []byte, v string) []byte {
+		if given != nil {
+			return given
 		}
+		start := len(buf)
+		buf = append(buf, v...)
+		return val(start)
+	}
+	if set&bitTopic != 0 && s.Topic != "" {
+		dst = append(dst, H(Header{Key: HeaderMQTTTopic, Value: str(sb.Topic, s.Topic)}))
 	}
 	if set&bitQoS != 0 && s.QoS <= 2 {
 		dst = append(dst, H(Header{Key: HeaderQoS, Value: b.qos[s.QoS]}))
 	}
 	if set&bitClientID != 0 && s.ClientID != "" {
-		if sb.ClientID != nil {
-			dst = append(dst, H(Header{Key: HeaderClientID, Value: sb.ClientID}))
-		} else {
-			start := len(buf)
-			buf = append(buf, s.ClientID...)
-			dst = append(dst, H(Header{Key: HeaderClientID, Value: val(start)}))
-		}
+		dst = append(dst, H(Header{Key: HeaderClientID, Value: str(sb.ClientID, s.ClientID)}))
 	}
 	if set&bitOrigin != 0 && len(b.origin) > 0 {
 		dst = append(dst, H(Header{Key: HeaderOrigin, Value: b.origin}))
