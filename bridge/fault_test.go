@@ -189,6 +189,7 @@ type childBridge struct {
 	env  []string
 	cmd  *exec.Cmd
 	addr string // MQTT address, once started
+	http string // HTTP address (metrics), unless env names FERRY_HTTP_LISTEN
 }
 
 func (c *childBridge) start() {
@@ -206,7 +207,8 @@ func (c *childBridge) start() {
 	// A free HTTP port unless c.env names one: an empty FERRY_HTTP_LISTEN
 	// is the default 127.0.0.1:8080, which cmd/probe's README runs (beside
 	// the bridge shards) and other processes use.
-	env = append(append(env, stateEnv(c.t)...), "FERRY_HTTP_LISTEN="+freeAddr(c.t))
+	c.http = freeAddr(c.t)
+	env = append(append(env, stateEnv(c.t)...), "FERRY_HTTP_LISTEN="+c.http)
 	cmd.Env = append(env, c.env...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
@@ -233,6 +235,24 @@ func (c *childBridge) start() {
 	case <-time.After(childReady):
 		c.t.Fatalf("child bridge not ready in %s", childReady)
 	}
+}
+
+// metricLine returns the child's /metrics line for series (name and
+// labels exactly as exposed, e.g. `ferry_sessions{state="offline"}`), or ""
+// (not exposed yet, or no HTTP listener of its own).
+func (c *childBridge) metricLine(series string) string {
+	res, err := http.Get("http://" + c.http + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 func (c *childBridge) kill9() {

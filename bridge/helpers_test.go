@@ -3,12 +3,11 @@ package bridge
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,14 +42,22 @@ func testConfig(brokers string) Config {
 
 // stateEnv names state topics of the test's own for bridge processes
 // (cmd/bridge or the test binary as a child): every process of one test
-// shares them, other tests do not see them.
+// shares them, other tests do not see them. A test run again (go test
+// -count N) gets new ones: its processes find none of the previous run's
+// sessions.
 func stateEnv(t testing.TB) []string {
-	h := fnv.New32a()
-	fmt.Fprintf(h, "%s/%d", t.Name(), os.Getpid())
-	tag := fmt.Sprintf("%08x", h.Sum32())
+	v, ok := stateTags.Load(t)
+	if !ok {
+		v, _ = stateTags.LoadOrStore(t, randHex(4))
+		t.Cleanup(func() { stateTags.Delete(t) })
+	}
+	tag := v.(string)
 	return []string{"FERRY_STATE_SESSIONS_TOPIC=_ferry_sessions_" + tag, "FERRY_STATE_RETAINED_TOPIC=_ferry_retained_" + tag,
 		"FERRY_STATE_PARTITIONS=1"}
 }
+
+// stateTags holds each running test's state topic tag (stateEnv).
+var stateTags sync.Map
 
 // useStateEnv gives an in-process bridge's config the state topics of
 // stateEnv, shared with the test's bridge processes.

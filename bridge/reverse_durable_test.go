@@ -149,6 +149,13 @@ func TestReverseSessionSurvivesRestart(t *testing.T) {
 				"-t", m, "-E").CombinedOutput(); err != nil {
 				t.Fatalf("mosquitto_sub -c -E: %v: %s", err, out)
 			}
+			// mosquitto_sub has exited; the bridge may not have read its
+			// DISCONNECT yet, and a record reaching a connection it still
+			// holds is sent (then resent, DUP set, after the restart). The
+			// session is offline once the bridge wrote it so.
+			waitFor(t, 20*time.Second, "the session offline", func() bool {
+				return child.metricLine(`ferry_sessions{state="offline"}`) == "1"
+			})
 
 			const n = 100
 			retTopic := "ferrytest/ret" + randHex(4)
