@@ -28,7 +28,11 @@ import (
 //     on its way share the next.
 //   - offsetsAfter: the first offset at or after a time, per partition;
 //     the queries that wait are sent in one request (each partition once
-//     per request: another time for it waits for the next).
+//     per request: another time for it waits for the next), and an answer
+//     that names an offset serves the same question for a while
+//     (timesKeep): Kafka finds it by reading the partition's batches, a
+//     compressed batch decompressed, and the sessions of a storm ask the
+//     same few times of a partition in many rounds.
 //   - fetch: records of some partitions from an offset each. Waiting
 //     fetches go out together, one request per leader, each partition
 //     from the lowest offset asked of it; every fetch whose offset the
@@ -47,6 +51,11 @@ type reads struct {
 	listing  bool       // endsLoop runs
 	times    []*timesQuery
 	timing   bool // timesLoop runs
+	// answered keeps offsetsAfter's answers that name an offset, for
+	// timesKeep: a partition's first offset at or after a time does not
+	// change once it exists (offsets only grow; retention and a
+	// recreated topic are what the bound is for).
+	answered map[timeKey]timeAnswer
 	fetches  map[tp][]*fetchWait
 	fetching bool   // fetchLoop runs
 	round    uint64 // fetch rounds started
@@ -72,7 +81,8 @@ const (
 const readsRetry = 50 * time.Millisecond
 
 func newReads(cl *kgo.Client) *reads {
-	return &reads{cl: cl, adm: kadm.NewClient(cl), fetches: map[tp][]*fetchWait{}, leaders: map[string]topicMeta{}}
+	return &reads{cl: cl, adm: kadm.NewClient(cl), fetches: map[tp][]*fetchWait{}, leaders: map[string]topicMeta{},
+		answered: map[timeKey]timeAnswer{}}
 }
 
 // endsRound is one listing of end offsets shared by its callers.
@@ -193,6 +203,7 @@ func (r *reads) timesLoop() {
 			}
 		}
 		r.times = live
+		r.fromAnswered(time.Now())
 		if len(r.times) == 0 {
 			r.timing = false
 			r.mu.Unlock()
@@ -236,6 +247,14 @@ func (r *reads) timesLoop() {
 		}
 		wg.Wait()
 		r.mu.Lock()
+		now := time.Now()
+		for _, l := range layers {
+			for k, a := range l {
+				if a.answered && a.err == nil {
+					r.keepAnswer(k, a.ms, a.off, now)
+				}
+			}
+		}
 		kept := r.times[:0]
 		for _, q := range r.times {
 			for _, l := range layers {
@@ -268,6 +287,63 @@ func (r *reads) timesLoop() {
 			}
 		}
 	}
+}
+
+// timesKeep is how long an answer of offsetsAfter serves the same
+// question, and timesKept how many answers are kept at most.
+const (
+	timesKeep = 10 * time.Second
+	timesKept = 1 << 14
+)
+
+// timeKey is one question of offsetsAfter: a partition and a time (ms).
+type timeKey struct {
+	tp
+	ms int64
+}
+
+type timeAnswer struct {
+	off int64
+	at  time.Time
+}
+
+// fromAnswered answers what it can of the waiting queries from r.answered
+// and closes those it answers fully (r.mu held).
+func (r *reads) fromAnswered(now time.Time) {
+	kept := r.times[:0]
+	for _, q := range r.times {
+		for k, ms := range q.want {
+			if a, ok := r.answered[timeKey{k, ms}]; ok && now.Sub(a.at) < timesKeep {
+				q.got[k] = a.off
+				delete(q.want, k)
+			}
+		}
+		if len(q.want) == 0 {
+			close(q.done)
+			continue
+		}
+		kept = append(kept, q)
+	}
+	r.times = kept
+}
+
+// keepAnswer notes an answer naming an offset (r.mu held); when full, the
+// expired answers go, or all of them.
+func (r *reads) keepAnswer(k tp, ms, off int64, now time.Time) {
+	if off < 0 {
+		return // none yet: one may come
+	}
+	if len(r.answered) >= timesKept {
+		for key, a := range r.answered {
+			if now.Sub(a.at) >= timesKeep {
+				delete(r.answered, key)
+			}
+		}
+		if len(r.answered) >= timesKept {
+			clear(r.answered)
+		}
+	}
+	r.answered[timeKey{k, ms}] = timeAnswer{off, now}
 }
 
 // readsTimeLayers bounds the ListOffsets requests of one round.

@@ -192,3 +192,70 @@ func TestFetchAskedDuringARoundWaitsForTheNext(t *testing.T) {
 		t.Errorf("waiting after the round: %v, want the late fetch", ws)
 	}
 }
+
+// TestOffsetsAfterKeepsAnswers: a time asked again of a partition, in a
+// later round, is answered without another ListOffsets request while the
+// answer names an offset; a time with no record at or after it yet is
+// asked again (one may have come).
+func TestOffsetsAfterKeepsAnswers(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	var lists atomic.Int64
+	c.ControlKey(kmsg.ListOffsets.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		lists.Add(1)
+		return nil, nil, false
+	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerLinger(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const topic = "times"
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	base := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	for i := range 10 {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Timestamp: base.Add(time.Duration(i) * time.Second)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := newReads(cl)
+	k := tp{topic, 0}
+	ask := func(ms int64) int64 {
+		t.Helper()
+		got, err := r.offsetsAfter(ctx, map[tp]int64{k: ms})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got[k]
+	}
+	at3 := base.Add(3 * time.Second).UnixMilli()
+	if off := ask(at3); off != 3 {
+		t.Fatalf("offset after the 4th record's time: %d, want 3", off)
+	}
+	before := lists.Load()
+	for range 5 {
+		if off := ask(at3); off != 3 {
+			t.Fatalf("asked again: %d, want 3", off)
+		}
+	}
+	if n := lists.Load() - before; n != 0 {
+		t.Errorf("the same time asked 5 more times: %d ListOffsets requests, want 0", n)
+	}
+	future := time.Now().Add(time.Hour).UnixMilli()
+	ask(future)
+	before = lists.Load()
+	if off := ask(future); off != -1 {
+		t.Fatalf("offset after a time with no record: %d, want -1", off)
+	}
+	if n := lists.Load() - before; n != 1 {
+		t.Errorf("a time with no record yet asked again: %d ListOffsets requests, want 1", n)
+	}
+}
