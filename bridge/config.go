@@ -274,6 +274,13 @@ type StateConfig struct {
 	// clients it held (docs/sessions.md). Must exceed 2x HeartbeatInterval.
 	// Default: 10s.
 	InstanceLapse time.Duration `mapstructure:"instance_lapse" yaml:"instance_lapse"`
+	// ConnectTimeout bounds a persistent session's CONNECT in Kafka (the
+	// sessions table read to its end, the session's record read, its claim
+	// written): past it the client gets CONNACK Server unavailable. Longer
+	// than kafka.ack_timeout: in a reconnect storm Kafka is slow, not gone,
+	// and a refused client comes back to cost the same work again. Never
+	// shorter than kafka.ack_timeout (a longer one is taken). Default: 15s.
+	ConnectTimeout time.Duration `mapstructure:"connect_timeout" yaml:"connect_timeout"`
 }
 
 // HTTPConfig configures /metrics, /healthz and /readyz.
@@ -330,7 +337,7 @@ func DefaultConfig() Config {
 		Topics:  topicmap.DefaultConfig(),
 		Reverse: ReverseConfig{StartOffset: "latest", Refresh: reverse.DefaultRefresh, SkipOwn: true},
 		State: StateConfig{SessionsTopic: "_ferry_sessions", RetainedTopic: "_ferry_retained", Partitions: 8,
-			HeartbeatInterval: instanceHeartbeat, InstanceLapse: 10 * time.Second},
+			HeartbeatInterval: instanceHeartbeat, InstanceLapse: 10 * time.Second, ConnectTimeout: 15 * time.Second},
 		HTTP: HTTPConfig{Listen: "127.0.0.1:8080"},
 		Log:  LogConfig{Level: "info", Format: "text"},
 
@@ -470,6 +477,9 @@ func (c Config) Validate() error {
 	}
 	if c.State.InstanceLapse <= 2*c.State.HeartbeatInterval {
 		bad("state.instance_lapse", c.State.InstanceLapse, "must exceed 2x state.heartbeat_interval (%s)", c.State.HeartbeatInterval)
+	}
+	if c.State.ConnectTimeout <= 0 {
+		bad("state.connect_timeout", c.State.ConnectTimeout, "must be positive")
 	}
 	if c.Kafka.MaxCreatedTopics < 0 {
 		bad("kafka.max_created_topics", c.Kafka.MaxCreatedTopics, "must not be negative")

@@ -31,7 +31,8 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 	cfg := session.Config{Brokers: brokers, InstanceID: b.cfg.Instance.ID, Started: b.instance.start,
 		SessionsTopic: b.cfg.State.SessionsTopic, RetainedTopic: b.cfg.State.RetainedTopic,
 		Partitions: int32(b.cfg.State.Partitions), ReplicationFactor: rf, WriteTimeout: b.cfg.Kafka.AckTimeout,
-		InstanceLapse: b.cfg.State.InstanceLapse, MaxQueued: b.cfg.State.MaxQueued, ReplaySlots: b.replaySlots}
+		ConnectTimeout: max(b.cfg.State.ConnectTimeout, b.cfg.Kafka.AckTimeout),
+		InstanceLapse:  b.cfg.State.InstanceLapse, MaxQueued: b.cfg.State.MaxQueued, ReplaySlots: b.replaySlots}
 	if len(b.cfg.Reverse.Topics) > 0 && b.cfg.Reverse.GroupID == "" {
 		cfg.ReverseGroup = reverseGroupID(b.cfg)
 	}

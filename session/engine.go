@@ -44,6 +44,13 @@ type Config struct {
 	// sessions table (kafka.ack_timeout); it is also how long WaitLoaded
 	// waits for the tables.
 	WriteTimeout time.Duration
+	// ConnectTimeout bounds a CONNECT's work in Kafka: the sessions
+	// table read to its end, the session's record read and its claim
+	// written (state.connect_timeout; 0: WriteTimeout). Past it the
+	// CONNECT is refused with Server unavailable. In a reconnect storm
+	// Kafka is slow, not gone: a refused client comes back and costs the
+	// same work again, so this is longer than one publish's wait.
+	ConnectTimeout time.Duration
 	// InstanceLapse is how long an instance may go unheard before its
 	// clients' Wills are published (state.instance_lapse).
 	InstanceLapse time.Duration
@@ -146,9 +153,15 @@ func Open(cfg Config, d Deps) (*Engine, error) {
 	if err != nil {
 		return e, err
 	}
+	connectTimeout := cfg.ConnectTimeout
+	if connectTimeout <= 0 {
+		connectTimeout = cfg.WriteTimeout
+	}
 	tc := func(topic string) state.TableConfig {
+		// A claim may wait in the client as long as its CONNECT does;
+		// every other write's own context is WriteTimeout.
 		return state.TableConfig{Brokers: cfg.Brokers, Topic: topic, Partitions: cfg.Partitions,
-			ReplicationFactor: cfg.ReplicationFactor, WriteTimeout: cfg.WriteTimeout, Opts: d.KafkaOpts}
+			ReplicationFactor: cfg.ReplicationFactor, WriteTimeout: max(cfg.WriteTimeout, connectTimeout), Opts: d.KafkaOpts}
 	}
 	e.retained = newRetained(d.Log, d.Server, sm)
 	if e.retained.table, err = state.Open(tc(cfg.RetainedTopic), d.Log, e.retained.onChange); err != nil {
@@ -157,6 +170,7 @@ func Open(cfg Config, d Deps) (*Engine, error) {
 	// The hook is complete before the table's reader starts calling it;
 	// its table is set before any client can connect.
 	hook := newSessionHook(d.Log, d.Server, nil, cfg.InstanceID, cfg.WriteTimeout, sm)
+	hook.connectTimeout = connectTimeout
 	hook.inj = new(Injections)
 	hook.canRead = d.MayRead
 	hook.deliverer = d.Deliverer

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -56,9 +57,12 @@ type sessionHook struct {
 	server  *mqtt.Server
 	table   *state.Table
 	id      string
-	timeout time.Duration
-	metrics *stateMetrics
-	logs    *ratelimit.Limiter
+	timeout time.Duration // one write (Config.WriteTimeout)
+	// connectTimeout bounds a CONNECT's read and claim
+	// (Config.ConnectTimeout; 0: timeout).
+	connectTimeout time.Duration
+	metrics        *stateMetrics
+	logs           *ratelimit.Limiter
 
 	mu    sync.Mutex
 	owned map[string]*ownedSession
@@ -172,7 +176,7 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	if earlier != nil {
 		earlier.awaitWrite()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(h.connectTimeout, h.timeout))
 	defer cancel()
 	start := time.Now()
 	// Clean Start 0 (3.1.1: CleanSession 0) resumes the session there is,
