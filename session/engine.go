@@ -206,7 +206,7 @@ func Open(cfg Config, d Deps) (*Engine, error) {
 		isReverse: isReverse, slots: make(chan struct{}, slots), metrics: sm, stop: e.stop,
 		maxQueued: cfg.MaxQueued, queueDrops: d.QueueDrops}
 	if dl := d.Log.With("component", "replay"); dl.Enabled(context.Background(), slog.LevelDebug) {
-		hook.replays.topics.took = func(d time.Duration, n int) { dl.Debug("topic listing", "took", d, "topics", n) }
+		hook.replays.topics.onList = func(d time.Duration, n int) { dl.Debug("topic listing", "took", d, "topics", n) }
 	}
 	// Wills of dead instances' clients (wills.go): liveness from the
 	// heartbeats the caller reads (Beat); it sees every session record

@@ -118,6 +118,36 @@ func TestTopicListerSpacesListings(t *testing.T) {
 	}
 }
 
+// TestTopicListerSpacesSlowListings: a listing that took 40 ms spaces the
+// next by ten times that (a big cluster's listing costs Kafka and the
+// instance: at most about a tenth of the time listing), and never by more
+// than topicsMaxGap.
+func TestTopicListerSpacesSlowListings(t *testing.T) {
+	var starts []time.Time
+	l := &topicLister{maxAge: time.Hour, minGap: 10 * time.Millisecond, list: func(context.Context) ([]string, error) {
+		starts = append(starts, time.Now()) // under l.mu
+		time.Sleep(40 * time.Millisecond)
+		return []string{"t"}, nil
+	}}
+	ctx := context.Background()
+	for range 2 {
+		if _, err := l.since(ctx, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if gap := starts[1].Sub(starts[0]); gap < 400*time.Millisecond {
+		t.Errorf("a listing of 40 ms, the next started %s later, want at least 400ms", gap)
+	}
+	l.took = time.Minute
+	at := time.Now()
+	if _, err := l.since(ctx, at); err != nil {
+		t.Fatal(err)
+	}
+	if wait := starts[2].Sub(at); wait > topicsMaxGap+500*time.Millisecond {
+		t.Errorf("after a listing of a minute, the next waited %s, want at most %s", wait, topicsMaxGap)
+	}
+}
+
 // TestTopicListerSeesNewTopic: a listing requested after a topic was
 // created has it, also when the client listed the topics a moment before
 // (kadm's ListTopics answered from kgo's metadata cache, up to 5 s old: a
