@@ -101,8 +101,8 @@ func (l *topicLister) since(ctx context.Context, t time.Time) ([]string, error) 
 	// instance tens of milliseconds of CPU; those that went live meanwhile
 	// share the next one (it starts after them).
 	gap := l.minGap
-	if l.minGap > 0 {
-		gap = min(max(gap, topicsGapFactor*l.took), max(gap, topicsMaxGap))
+	if gap > 0 {
+		gap = max(gap, min(topicsGapFactor*l.took, topicsMaxGap))
 	}
 	if wait := time.Until(l.at.Add(gap)); l.names != nil && wait > 0 {
 		select {
