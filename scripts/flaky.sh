@@ -77,12 +77,14 @@ for i in $(seq 1 "$n"); do
 	while read -r name; do
 		fails[$name]=$((${fails[$name]:-0} + 1))
 	done < <(grep -oE -- '--- FAIL: [^ ]+' "$log" | awk '{print $3}' | sort -u)
+	# The suite's own phase times (scripts/test.sh prints them last): where a slow run went.
+	timings=$(grep -oE 'timings: .*' "$log" | tail -n 1 || true)
 	if ((rc == 0)); then
 		rm -f "$log"
-		echo "run $i/$n: pass in ${secs}s" >&2
+		echo "run $i/$n: pass in ${secs}s${timings:+ ($timings)}" >&2
 	else
 		failed_runs=$((failed_runs + 1))
-		echo "run $i/$n: FAIL (exit $rc) in ${secs}s: $log" >&2
+		echo "run $i/$n: FAIL (exit $rc) in ${secs}s: $log${timings:+ ($timings)}" >&2
 	fi
 done
 
