@@ -29,18 +29,22 @@ var (
 )
 
 // bridgeBinary returns the path of a cmd/bridge binary: the one
-// FERRY_TEST_BRIDGE_BIN names (scripts/test.sh builds it once, beside
-// Kafka's start, for every test process), else one built here once per
-// test binary run. Both are plain `go build`s, the same build as the
-// README's `go run ./cmd/bridge`, so that one compilation serves all.
+// FERRY_TEST_BRIDGE_BIN names (scripts/test.sh builds it once for every
+// test process), else one built here once per test binary run. Both are
+// plain `go build`s, the same build as the README's `go run ./cmd/bridge`,
+// so that one compilation serves all.
+//
+// With FERRY_TEST_BRIDGE_BIN_WAIT (a duration) the named binary may still be
+// being built when the tests start (scripts/test.sh builds it beside the
+// first tests that do not need it): the first caller waits that long for
+// it to appear, or for the build's failure (the file named with ".failed"
+// appended, holding the build's output).
 func bridgeBinary(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
 		if p := os.Getenv("FERRY_TEST_BRIDGE_BIN"); p != "" {
-			if _, err := os.Stat(p); err != nil {
-				binErr = fmt.Errorf("FERRY_TEST_BRIDGE_BIN: %w", err)
-			}
 			binPath = p
+			binErr = waitForBinary(p, os.Getenv("FERRY_TEST_BRIDGE_BIN_WAIT"))
 			return
 		}
 		dir, err := os.MkdirTemp("", "ferry-bin-")
@@ -58,6 +62,33 @@ func bridgeBinary(t testing.TB) string {
 		t.Fatal(binErr)
 	}
 	return binPath
+}
+
+// waitForBinary waits up to wait (a time.ParseDuration string; "": not at
+// all) for the binary at p, or for the failure of its build (p + ".failed").
+func waitForBinary(p, wait string) error {
+	var patience time.Duration
+	if wait != "" {
+		d, err := time.ParseDuration(wait)
+		if err != nil {
+			return fmt.Errorf("FERRY_TEST_BRIDGE_BIN_WAIT: %w", err)
+		}
+		patience = d
+	}
+	deadline := time.Now().Add(patience)
+	for {
+		_, err := os.Stat(p)
+		if err == nil {
+			return nil
+		}
+		if out, ferr := os.ReadFile(p + ".failed"); ferr == nil {
+			return fmt.Errorf("FERRY_TEST_BRIDGE_BIN: the build of %s failed:\n%s", p, out)
+		}
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("FERRY_TEST_BRIDGE_BIN (waited %v): %w", patience, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // ferryProcess is one cmd/bridge process.
