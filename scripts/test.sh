@@ -251,16 +251,19 @@ phase_start "go-test"
 # (A new package is light until it is named in heavy.)
 heavy=(./bridge/ ./cmd/probe/ ./probe/ ./ringbuffer/)
 # The bridge tests that take longest here (a warm run's -v timings, 2026-12-03), heaviest
-# first, except that the first three of each shard run no cmd/bridge child process: the
-# plain build of cmd/bridge is still going on when the shards start (the first tests that
-# need it are TestScaleOutHAProxy and TestBridgeKill9LosesNothingAcked, 60-80 s in).
+# first; the ones that run cmd/bridge as a child process are not among them.
 bridge_heavy=(TestSoak TestThreeBrokersKillOne TestKafkaKilledMidStream TestResumeWithoutSessionExpiry
-	TestV5ReceiveMaximumFreedWhenPubackSent TestSlowClaimWaitsForConnectTimeout TestScaleOutHAProxy
-	TestKafkaUnreachableAtStart TestBridgeKill9LosesNothingAcked TestSessionsSoakKill9 TestBadInputGarbage
-	TestHorizonAfterRestart TestSlowSubscriberReverse TestResumeUnderOwnACL TestWillOfKilledInstance
-	TestExpiredSessionOfClosedInstanceDeleted TestInstanceRestartAfterKill9NotDuplicate
-	TestResumeWithEverySubscriptionDenied TestDuplicateInstanceID TestAcksOrderedWithMochiWrites
-	TestWillOfKilledInstanceKill9 TestRingFullKafkaPaused TestQoS1ManyClientsInOrder)
+	TestV5ReceiveMaximumFreedWhenPubackSent TestSlowClaimWaitsForConnectTimeout TestKafkaUnreachableAtStart
+	TestBadInputGarbage TestHorizonAfterRestart TestSlowSubscriberReverse TestResumeUnderOwnACL
+	TestExpiredSessionOfClosedInstanceDeleted TestResumeWithEverySubscriptionDenied TestDuplicateInstanceID
+	TestAcksOrderedWithMochiWrites TestRingFullKafkaPaused TestQoS1ManyClientsInOrder)
+# The bridge tests that run cmd/bridge as a child process (bridgeBinary), heaviest first:
+# dealt last, as the plain build of cmd/bridge goes on beside the first tests (one that is
+# missing here and comes earlier only waits for that build).
+bridge_child=(TestScaleOutHAProxy TestBridgeKill9LosesNothingAcked TestSessionsSoakKill9 TestWillOfKilledInstance
+	TestInstanceRestartAfterKill9NotDuplicate TestWillOfKilledInstanceKill9 TestIdleConnectionMemory
+	TestReverseSessionSurvivesRestart TestConnectionStorm TestWillOfRestartedInstance
+	TestSessionSurvivesKill9AcrossInstances)
 beside_pid=
 go_test_failed=0
 if ((full)); then
@@ -280,8 +283,12 @@ if ((full)); then
 	for h in "${bridge_heavy[@]}"; do
 		printf '%s\n' "${listed[@]}" | grep -qx -- "$h" && names+=("$h")
 	done
-	mapfile -t rest < <(printf '%s\n' "${listed[@]}" | grep -v -x -F -f <(printf '%s\n' "${names[@]}"))
-	names+=("${rest[@]}")
+	last=()
+	for h in "${bridge_child[@]}"; do
+		printf '%s\n' "${listed[@]}" | grep -qx -- "$h" && last+=("$h")
+	done
+	mapfile -t rest < <(printf '%s\n' "${listed[@]}" | grep -v -x -F -f <(printf '%s\n' "${names[@]}" "${last[@]}"))
+	names+=("${rest[@]}" "${last[@]}")
 	shards=("" "")
 	for i in "${!names[@]}"; do
 		k=$((i % 2))
