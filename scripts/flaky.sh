@@ -10,8 +10,8 @@
 #                                          (what CI does: cold test cache, its own Kafka)
 #
 # Prints one line per test that failed at least once ("failed K of N"), each run's
-# wall time and exit status, and exits non-zero when any run failed. Logs of failed runs
-# are kept under $FLAKY_DIR (default a temp dir, printed). Every run is bounded by the
+# wall time, exit status and phase times, and exits non-zero when any run failed. Every
+# run's log is kept under $FLAKY_DIR (default a temp dir, printed). Every run is bounded by the
 # suite's own timeouts; N is capped at 50.
 #
 # When: before a change that touches timing, concurrency or a shared resource (ports,
@@ -80,7 +80,6 @@ for i in $(seq 1 "$n"); do
 	# The suite's own phase times (scripts/test.sh prints them last): where a slow run went.
 	timings=$(grep -oE 'timings: .*' "$log" | tail -n 1 || true)
 	if ((rc == 0)); then
-		rm -f "$log"
 		echo "run $i/$n: pass in ${secs}s${timings:+ ($timings)}" >&2
 	else
 		failed_runs=$((failed_runs + 1))

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -205,4 +207,55 @@ func settledHeap(heap func() uint64) uint64 {
 		after = min(after, heap())
 	}
 	return after
+}
+
+// TestChangeSharesTheRowsKey: the key a watcher is handed is the string the
+// table's row holds, not a second copy of its bytes. Every instance's Wills
+// keeper keeps the key of every offline session it reads, so a copy of its
+// own was one more allocation per session of the fleet on every instance.
+// Two writes of the same key from another client, read by the table: both
+// changes and the row name one string.
+func TestChangeSharesTheRowsKey(t *testing.T) {
+	brokers := newCluster(t)
+	var mu sync.Mutex
+	var keys []string
+	tb := openTable(t, brokers, func(c Change) {
+		if c.Key == "client-shared" {
+			mu.Lock()
+			keys = append(keys, c.Key)
+			mu.Unlock()
+		}
+	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("_ferry_test"), kgo.ProducerLinger(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, v := range []string{"one", "two"} {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte("client-shared"), Value: []byte(v)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tb.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(keys) != 2 {
+		t.Fatalf("watcher saw %d changes of the key, want 2", len(keys))
+	}
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	for k := range tb.rows {
+		if k != "client-shared" {
+			continue
+		}
+		if unsafe.StringData(k) != unsafe.StringData(keys[1]) {
+			t.Fatalf("the row's key and the latest change's key are two copies of the bytes")
+		}
+		return
+	}
+	t.Fatal("no row for the key")
 }

@@ -321,8 +321,12 @@ func (t *Table) read() {
 			}
 			t.mu.Lock()
 			for _, r := range p.Records {
-				if applied := t.apply(r); t.watch != nil {
-					changes = append(changes, Change{Key: string(r.Key), Value: r.Value, Offset: r.Offset, Superseded: !applied})
+				// One string for the key: the row and whoever keeps the
+				// change (the Wills keeper, per offline session on every
+				// instance) share its bytes.
+				k := string(r.Key)
+				if applied := t.apply(k, r); t.watch != nil {
+					changes = append(changes, Change{Key: k, Value: r.Value, Offset: r.Offset, Superseded: !applied})
 				}
 			}
 			t.pos[p.Partition] = p.Records[len(p.Records)-1].Offset + 1
@@ -347,10 +351,9 @@ func (t *Table) read() {
 	}
 }
 
-// apply applies one record read from the log (t.mu held); false when a
-// local write at a later offset already stands for the key.
-func (t *Table) apply(r *kgo.Record) bool {
-	k := string(r.Key)
+// apply applies one record read from the log, its key k (t.mu held);
+// false when a local write at a later offset already stands for the key.
+func (t *Table) apply(k string, r *kgo.Record) bool {
 	if cur, ok := t.rows[k]; ok && cur.part == r.Partition && cur.offset > r.Offset {
 		return false
 	}
