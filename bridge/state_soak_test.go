@@ -135,8 +135,24 @@ func sessionsSoak(t *testing.T, brokers string, size soakSize, seed uint64, reve
 	var inst []*ferryProcess
 	var backends []string
 	for i := range 3 {
+		// The default mode promises everything only to sessions whose
+		// publishers moved once, at the kill (docs/sessions.md). A publish
+		// that Kafka, slow in the storm that follows the kill, acknowledges
+		// after kafka.ack_timeout disconnects its publisher (no PUBACK),
+		// which then reconnects through HAProxy, maybe to the instance of
+		// sessions that got nothing of its stream live since the kill: its
+		// messages are then delivered there live, a session's position in
+		// its partition moves past what it published on the instance before
+		// (not promised), and a full-size run (1,000 sessions) lost one or
+		// two messages so in 5-104 sessions. So the default mode waits for
+		// Kafka longer than the storm lasts; the reverse mode (everything
+		// live everywhere) keeps the 5 s.
+		ackTimeout := "5s"
+		if !reverse {
+			ackTimeout = "60s"
+		}
 		env := []string{"FERRY_KAFKA_BROKERS=" + brokers,
-			fmt.Sprintf("FERRY_INSTANCE_ID=soak%s-%d", run, i), "FERRY_KAFKA_ACK_TIMEOUT=5s"}
+			fmt.Sprintf("FERRY_INSTANCE_ID=soak%s-%d", run, i), "FERRY_KAFKA_ACK_TIMEOUT=" + ackTimeout}
 		if reverse {
 			env = append(env, "FERRY_REVERSE_TOPICS="+strings.Join(ktopics, ","), "FERRY_REVERSE_START_OFFSET=earliest")
 		}
