@@ -119,6 +119,12 @@ type sessionPositions struct {
 	// not delivered again (liveCopy).
 	replayedTo  map[tp]int64
 	replayedFor []string
+	// timeFrom is, for each partition a replay read from a time (no
+	// position: the subscriptions' time or the horizon), the offset it
+	// started at. A live delivery below it is no copy: the replay did not
+	// read it, and owed it nothing (older than the subscriptions), but the
+	// live path hands it out now, as it does to a clean session.
+	timeFrom map[tp]int64
 }
 
 // horizonRefresh is how far the horizon moves before a connected session's
@@ -129,7 +135,7 @@ const horizonRefresh = time.Minute
 func newSessionPositions(from []state.Position, pending []state.Pending, horizon int64, reverse *ReverseProgress) *sessionPositions {
 	p := &sessionPositions{base: map[tp]int64{}, delivered: map[tp]int64{}, pending: map[uint16]Coord{},
 		resend: map[Coord]uint16{}, frontier: map[tp]int64{}, missed: map[tp]int64{}, drops: map[Coord]bool{},
-		replayedTo: map[tp]int64{}, reverse: reverse, fromHorizon: horizon, writtenHorizon: horizon}
+		replayedTo: map[tp]int64{}, timeFrom: map[tp]int64{}, reverse: reverse, fromHorizon: horizon, writtenHorizon: horizon}
 	for _, q := range from {
 		k := tp{q.Topic, q.Partition}
 		p.base[k] = q.Offset
@@ -358,6 +364,16 @@ func (p *sessionPositions) replayed(k tp, end int64) {
 	p.mu.Unlock()
 }
 
+// startedByTime records that a replay reads partition k from offset from,
+// found by time (the first such start stands).
+func (p *sessionPositions) startedByTime(k tp, from int64) {
+	p.mu.Lock()
+	if _, ok := p.timeFrom[k]; !ok {
+		p.timeFrom[k] = from
+	}
+	p.mu.Unlock()
+}
+
 // liveCopy reports whether a live delivery of the message at c, on MQTT
 // topic topic, is a copy of a record a replay of this session handled:
 // below the end that replay read c's partition to, on a topic its
@@ -374,6 +390,9 @@ func (p *sessionPositions) liveCopy(c Coord, topic string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if end, ok := p.replayedTo[c.tp()]; !ok || c.Offset >= end {
+		return false
+	}
+	if from, ok := p.timeFrom[c.tp()]; ok && c.Offset < from {
 		return false
 	}
 	for _, f := range p.replayedFor {

@@ -320,6 +320,7 @@ func (rs *replayRun) pass(ctx context.Context, from map[tp]int64) (map[tp]int64,
 			off = ends[k]
 		}
 		starts[k] = off
+		rs.o.pos.startedByTime(k, off)
 	}
 	listed()
 	if rs.r.log.Enabled(ctx, slog.LevelDebug) {
