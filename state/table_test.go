@@ -310,7 +310,10 @@ func TestSyncJoinsOnlyALaterListing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := listings.Load(); got != 2 {
+	// At least 2: one that started after the second Sync was called. (A
+	// third can come from the table's own consumer, which lists offsets
+	// too: a fresh-clone run under load had 3.)
+	if got := listings.Load(); got < 2 {
 		t.Fatalf("%d listings: the Sync called during the first listing took its answer", got)
 	}
 }
