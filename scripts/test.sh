@@ -242,14 +242,20 @@ phase_start "go-test"
 #   - the light packages (no Kafka of their own, little CPU: their tests
 #     together take under a minute) run beside the others;
 #   - the bridge package (most of the run; its tests mostly wait on Kafka,
-#     on processes they start and on timers) runs as two processes at once:
-#     its heaviest tests (bridge_heavy, heaviest first) dealt to them in
-#     turn first, back and forth, then the rest (go test -list order);
+#     on processes they start and on timers) runs as FERRY_TEST_SHARDS
+#     processes at once (default 3): its heaviest tests (bridge_heavy,
+#     heaviest first) dealt to them in turn first, back and forth, then the
+#     rest (go test -list order);
 #   - cmd/probe starts as soon as the first of them ends (its README runs
 #     load the machine as a shard does);
 #   - then probe and ringbuffer, alone: they measure latencies.
 # (A new package is light until it is named in heavy.)
 heavy=(./bridge/ ./cmd/probe/ ./probe/ ./ringbuffer/)
+n_shards=${FERRY_TEST_SHARDS:-3}
+if ! [[ "$n_shards" =~ ^[1-9]$ ]]; then
+	echo "test.sh: FERRY_TEST_SHARDS=$n_shards: want a number of bridge test processes from 1 to 9" >&2
+	exit 2
+fi
 # The bridge tests that take longest here (a warm run's -v timings, 2026-12-03), heaviest
 # first; the ones that run cmd/bridge as a child process are not among them.
 bridge_heavy=(TestSoak TestThreeBrokersKillOne TestKafkaKilledMidStream TestResumeWithoutSessionExpiry
@@ -289,15 +295,16 @@ if ((full)); then
 	done
 	mapfile -t rest < <(printf '%s\n' "${listed[@]}" | grep -v -x -F -f <(printf '%s\n' "${names[@]}" "${last[@]}"))
 	names+=("${rest[@]}" "${last[@]}")
-	shards=("" "")
+	shards=()
+	for ((k = 0; k < n_shards; k++)); do shards[k]=""; done
 	for i in "${!names[@]}"; do
-		k=$((i % 2))
-		((i / 2 % 2 == 0)) || k=$((1 - k)) # 0 1 1 0 0 1 ...: the heaviest do not all go to one
+		k=$((i % n_shards))
+		((i / n_shards % 2 == 0)) || k=$((n_shards - 1 - k)) # 0 1 2 2 1 0 0 1 ...: the heaviest do not all go to one
 		shards[k]+="${shards[k]:+|}${names[i]}"
 	done
 	shard_logs=()
 	shard_pids=()
-	for k in 0 1; do
+	for k in "${!shards[@]}"; do
 		shard_logs[k]=$(mktemp)
 		go test -race -count=1 -timeout 40m "${extra[@]}" -run "^(${shards[k]})\$" ./bridge/ >"${shard_logs[k]}" 2>&1 &
 		shard_pids[k]=$!
@@ -307,13 +314,13 @@ if ((full)); then
 	probe_log=$(mktemp)
 	go test -race -count=1 -timeout 40m "${extra[@]}" ./cmd/probe/ >"$probe_log" 2>&1 &
 	probe_pid=$!
-	for k in 0 1; do
+	for k in "${!shards[@]}"; do
 		if [[ "${shard_pids[k]}" == "$first_done" ]]; then
 			((first_rc == 0)) || go_test_failed=1
 		else
 			wait "${shard_pids[k]}" || go_test_failed=1
 		fi
-		say "bridge, shard $((k + 1)) of 2:"
+		say "bridge, shard $((k + 1)) of $n_shards:"
 		cat "${shard_logs[k]}"
 		rm -f "${shard_logs[k]}"
 	done
