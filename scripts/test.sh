@@ -124,10 +124,27 @@ export FERRY_TEST_BRIDGE_BIN="$bin_dir/ferry-bridge"
 # build's output).
 (
 	t0=$(now_ms)
-	# Below the race build's priority: the tests wait for that one first.
-	nice_cmd=()
-	((!full)) || nice_cmd=(nice -n 10)
-	if "${nice_cmd[@]}" go build -o "$FERRY_TEST_BRIDGE_BIN.tmp" ./cmd/bridge >"$build_dir/bin.log" 2>&1; then
+	bin_build() { go build -o "$FERRY_TEST_BRIDGE_BIN.tmp" ./cmd/bridge >"$build_dir/bin.log" 2>&1; }
+	ok=0
+	if ((full)); then
+		# Below the race build's priority while it goes on (the first tests wait for that
+		# one), then at the tests' own: the child-process tests wait for this one. A build
+		# stopped halfway keeps the packages it finished in the build cache.
+		# (its own process group: stopping it stops its compilers too)
+		setsid -w nice -n 10 go build -o "$FERRY_TEST_BRIDGE_BIN.tmp" ./cmd/bridge >"$build_dir/bin.log" 2>&1 &
+		niced=$!
+		while kill -0 "$niced" 2>/dev/null && [[ ! -e "$build_dir/bridge-build.done" ]]; do sleep 0.5; done
+		if [[ -e "$build_dir/bridge-build.done" ]] && kill -0 "$niced" 2>/dev/null; then
+			kill -- "-$niced" 2>/dev/null || true
+			wait "$niced" 2>/dev/null || true
+			bin_build && ok=1
+		else
+			wait "$niced" && ok=1
+		fi
+	else
+		bin_build && ok=1
+	fi
+	if ((ok)); then
 		mv "$FERRY_TEST_BRIDGE_BIN.tmp" "$FERRY_TEST_BRIDGE_BIN"
 	else
 		cp "$build_dir/bin.log" "$FERRY_TEST_BRIDGE_BIN.failed"
@@ -243,9 +260,8 @@ phase_start "go-test"
 #     together take under a minute) run beside the others;
 #   - the bridge package (most of the run; its tests mostly wait on Kafka,
 #     on processes they start and on timers) runs as FERRY_TEST_SHARDS
-#     processes at once (default 3): its heaviest tests (bridge_heavy,
-#     heaviest first) dealt to them in turn first, back and forth, then the
-#     rest (go test -list order);
+#     processes at once (default 3), its tests dealt to them by their
+#     seconds (bridge_weights);
 #   - cmd/probe starts as soon as the first of them ends (its README runs
 #     load the machine as a shard does);
 #   - then probe and ringbuffer, alone: they measure latencies.
@@ -256,16 +272,29 @@ if ! [[ "$n_shards" =~ ^[1-9]$ ]]; then
 	echo "test.sh: FERRY_TEST_SHARDS=$n_shards: want a number of bridge test processes from 1 to 9" >&2
 	exit 2
 fi
-# The bridge tests that take longest here (a warm run's -v timings, 2026-12-03), heaviest
-# first; the ones that run cmd/bridge as a child process are not among them.
-bridge_heavy=(TestSoak TestThreeBrokersKillOne TestKafkaKilledMidStream TestResumeWithoutSessionExpiry
-	TestV5ReceiveMaximumFreedWhenPubackSent TestSlowClaimWaitsForConnectTimeout TestKafkaUnreachableAtStart
-	TestBadInputGarbage TestHorizonAfterRestart TestSlowSubscriberReverse TestResumeUnderOwnACL
-	TestExpiredSessionOfClosedInstanceDeleted TestResumeWithEverySubscriptionDenied TestDuplicateInstanceID
-	TestAcksOrderedWithMochiWrites TestRingFullKafkaPaused TestQoS1ManyClientsInOrder)
-# The bridge tests that run cmd/bridge as a child process (bridgeBinary), heaviest first:
-# dealt last, as the plain build of cmd/bridge goes on beside the first tests (one that is
-# missing here and comes earlier only waits for that build).
+# The bridge tests that take longest here, with their seconds (a warm run's -v timings,
+# 2026-12-03), heaviest first; any other test counts 1 s (their mean). A full run deals them
+# to the shards heaviest first, each to the shard with the least seconds so far. (Where a test
+# goes does not change when it runs: a shard runs its tests in source order. The ones that run
+# cmd/bridge as a child process wait for its plain build, FERRY_TEST_BRIDGE_BIN_WAIT.)
+bridge_weights=(TestScaleOutHAProxy:33 TestSoak:29 TestThreeBrokersKillOne:28 TestKafkaKilledMidStream:24
+	TestResumeWithoutSessionExpiry:20 TestV5ReceiveMaximumFreedWhenPubackSent:18
+	TestBridgeKill9LosesNothingAcked:15 TestSlowClaimWaitsForConnectTimeout:15
+	TestKafkaUnreachableAtStart:13 TestSessionsSoakKill9:12 TestBadInputGarbage:11
+	TestHorizonAfterRestart:10 TestSlowSubscriberReverse:10 TestResumeUnderOwnACL:10
+	TestWillOfKilledInstance:10 TestExpiredSessionOfClosedInstanceDeleted:9
+	TestInstanceRestartAfterKill9NotDuplicate:9 TestResumeWithEverySubscriptionDenied:8
+	TestDuplicateInstanceID:8 TestAcksOrderedWithMochiWrites:8 TestWillOfKilledInstanceKill9:8
+	TestRingFullKafkaPaused:8 TestQoS1ManyClientsInOrder:7 TestSessionEndsAfterMaxExpiry:6
+	TestMaxSessionExpiryCapsExpiry:6 TestReverseStartNoRaceWithFirstRecord:6
+	TestResumeReadsReverseTopicsFromHorizon:6 TestIdleConnectionMemory:5
+	TestReplayReadsTransactionalTopic:5 TestConformanceMessageExpiryQoS1:5
+	TestKafkaUnreachableSaysWhy:5 TestReverseNewTopicsFromFirstRecord:5
+	TestReverseSessionSurvivesRestart:5 TestConnectionStorm:5 TestRetainedWithoutCreationTimeStays:5
+	TestRetainedPubackWaitsForRetainedRecord:5)
+# The bridge tests that run cmd/bridge as a child process (startFerry): each shard runs them
+# after its other tests, in a second go test process, so that they come when the plain build
+# of cmd/bridge (beside the first tests) is done. One missing here only waits for that build.
 bridge_child=(TestScaleOutHAProxy TestBridgeKill9LosesNothingAcked TestSessionsSoakKill9 TestWillOfKilledInstance
 	TestInstanceRestartAfterKill9NotDuplicate TestWillOfKilledInstanceKill9 TestIdleConnectionMemory
 	TestReverseSessionSurvivesRestart TestConnectionStorm TestWillOfRestartedInstance
@@ -285,28 +314,46 @@ if ((full)); then
 	) >"$beside_log" 2>&1 &
 	beside_pid=$!
 	mapfile -t listed < <(go test -race -list '.' ./bridge/ | grep -E '^(Test|Fuzz|Example)')
+	declare -A weight=()
 	names=()
-	for h in "${bridge_heavy[@]}"; do
-		printf '%s\n' "${listed[@]}" | grep -qx -- "$h" && names+=("$h")
+	for w in "${bridge_weights[@]}"; do
+		weight[${w%%:*}]=${w##*:}
+		printf '%s\n' "${listed[@]}" | grep -qx -- "${w%%:*}" && names+=("${w%%:*}")
 	done
-	last=()
-	for h in "${bridge_child[@]}"; do
-		printf '%s\n' "${listed[@]}" | grep -qx -- "$h" && last+=("$h")
+	mapfile -t rest < <(printf '%s\n' "${listed[@]}" | grep -v -x -F -f <(printf '%s\n' "${names[@]}"))
+	names+=("${rest[@]}")
+	declare -A child=()
+	for n in "${bridge_child[@]}"; do child[$n]=1; done
+	shards=()   # per shard: its tests that need no child process, as a -run alternation
+	children=() # and those that do
+	loads=()
+	for ((k = 0; k < n_shards; k++)); do
+		shards[k]=""
+		children[k]=""
+		loads[k]=0
 	done
-	mapfile -t rest < <(printf '%s\n' "${listed[@]}" | grep -v -x -F -f <(printf '%s\n' "${names[@]}" "${last[@]}"))
-	names+=("${rest[@]}" "${last[@]}")
-	shards=()
-	for ((k = 0; k < n_shards; k++)); do shards[k]=""; done
-	for i in "${!names[@]}"; do
-		k=$((i % n_shards))
-		((i / n_shards % 2 == 0)) || k=$((n_shards - 1 - k)) # 0 1 2 2 1 0 0 1 ...: the heaviest do not all go to one
-		shards[k]+="${shards[k]:+|}${names[i]}"
+	for n in "${names[@]}"; do
+		k=0
+		for j in "${!loads[@]}"; do ((loads[j] >= loads[k])) || k=$j; done
+		if [[ -n "${child[$n]:-}" ]]; then
+			children[k]+="${children[k]:+|}$n"
+		else
+			shards[k]+="${shards[k]:+|}$n"
+		fi
+		loads[k]=$((loads[k] + ${weight[$n]:-1}))
 	done
+	say "bridge: ${#names[@]} tests in $n_shards shards of about $(printf '%ss ' "${loads[@]}")(their -v seconds)"
 	shard_logs=()
 	shard_pids=()
 	for k in "${!shards[@]}"; do
 		shard_logs[k]=$(mktemp)
-		go test -race -count=1 -timeout 40m "${extra[@]}" -run "^(${shards[k]})\$" ./bridge/ >"${shard_logs[k]}" 2>&1 &
+		(
+			rc=0
+			for run in "${shards[k]}" "${children[k]}"; do
+				[[ -z "$run" ]] || go test -race -count=1 -timeout 40m "${extra[@]}" -run "^($run)\$" ./bridge/ || rc=1
+			done
+			exit "$rc"
+		) >"${shard_logs[k]}" 2>&1 &
 		shard_pids[k]=$!
 	done
 	first_rc=0
