@@ -128,8 +128,9 @@ export FERRY_TEST_BRIDGE_BIN="$bin_dir/ferry-bridge"
 	ok=0
 	if ((full)); then
 		# Below the race build's priority while it goes on (the first tests wait for that
-		# one), then at the tests' own: the child-process tests wait for this one. A build
-		# stopped halfway keeps the packages it finished in the build cache.
+		# one), then at the tests' own: a test that runs cmd/bridge as a child process waits
+		# for this one. A build stopped halfway keeps the packages it finished in the build
+		# cache.
 		# (its own process group: stopping it stops its compilers too)
 		setsid -w nice -n 10 go build -o "$FERRY_TEST_BRIDGE_BIN.tmp" ./cmd/bridge >"$build_dir/bin.log" 2>&1 &
 		niced=$!
@@ -292,13 +293,6 @@ bridge_weights=(TestScaleOutHAProxy:33 TestSoak:29 TestThreeBrokersKillOne:28 Te
 	TestKafkaUnreachableSaysWhy:5 TestReverseNewTopicsFromFirstRecord:5
 	TestReverseSessionSurvivesRestart:5 TestConnectionStorm:5 TestRetainedWithoutCreationTimeStays:5
 	TestRetainedPubackWaitsForRetainedRecord:5)
-# The bridge tests that run cmd/bridge as a child process (startFerry): each shard runs them
-# after its other tests, in a second go test process, so that they come when the plain build
-# of cmd/bridge (beside the first tests) is done. One missing here only waits for that build.
-bridge_child=(TestScaleOutHAProxy TestBridgeKill9LosesNothingAcked TestSessionsSoakKill9 TestWillOfKilledInstance
-	TestInstanceRestartAfterKill9NotDuplicate TestWillOfKilledInstanceKill9 TestIdleConnectionMemory
-	TestReverseSessionSurvivesRestart TestConnectionStorm TestWillOfRestartedInstance
-	TestSessionSurvivesKill9AcrossInstances)
 beside_pid=
 go_test_failed=0
 if ((full)); then
@@ -322,24 +316,16 @@ if ((full)); then
 	done
 	mapfile -t rest < <(printf '%s\n' "${listed[@]}" | grep -v -x -F -f <(printf '%s\n' "${names[@]}"))
 	names+=("${rest[@]}")
-	declare -A child=()
-	for n in "${bridge_child[@]}"; do child[$n]=1; done
-	shards=()   # per shard: its tests that need no child process, as a -run alternation
-	children=() # and those that do
+	shards=()
 	loads=()
 	for ((k = 0; k < n_shards; k++)); do
 		shards[k]=""
-		children[k]=""
 		loads[k]=0
 	done
 	for n in "${names[@]}"; do
 		k=0
 		for j in "${!loads[@]}"; do ((loads[j] >= loads[k])) || k=$j; done
-		if [[ -n "${child[$n]:-}" ]]; then
-			children[k]+="${children[k]:+|}$n"
-		else
-			shards[k]+="${shards[k]:+|}$n"
-		fi
+		shards[k]+="${shards[k]:+|}$n"
 		loads[k]=$((loads[k] + ${weight[$n]:-1}))
 	done
 	say "bridge: ${#names[@]} tests in $n_shards shards of about $(printf '%ss ' "${loads[@]}")(their -v seconds)"
@@ -347,13 +333,7 @@ if ((full)); then
 	shard_pids=()
 	for k in "${!shards[@]}"; do
 		shard_logs[k]=$(mktemp)
-		(
-			rc=0
-			for run in "${shards[k]}" "${children[k]}"; do
-				[[ -z "$run" ]] || go test -race -count=1 -timeout 40m "${extra[@]}" -run "^($run)\$" ./bridge/ || rc=1
-			done
-			exit "$rc"
-		) >"${shard_logs[k]}" 2>&1 &
+		go test -race -count=1 -timeout 40m "${extra[@]}" -run "^(${shards[k]})\$" ./bridge/ >"${shard_logs[k]}" 2>&1 &
 		shard_pids[k]=$!
 	done
 	first_rc=0
