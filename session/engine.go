@@ -204,7 +204,7 @@ func Open(cfg Config, d Deps) (*Engine, error) {
 	hook.replays = &replayer{h: hook, log: d.Log.With("component", "replay"), tm: d.Topics,
 		reads: newReads(admin), topics: newTopicLister(lister),
 		isReverse: isReverse, slots: make(chan struct{}, slots), metrics: sm, stop: e.stop,
-		maxQueued: cfg.MaxQueued, queueDrops: d.QueueDrops}
+		closes: closeWatch{stop: e.stop}, maxQueued: cfg.MaxQueued, queueDrops: d.QueueDrops}
 	if dl := d.Log.With("component", "replay"); dl.Enabled(context.Background(), slog.LevelDebug) {
 		hook.replays.topics.onList = func(d time.Duration, n int) { dl.Debug("topic listing", "took", d, "topics", n) }
 	}

@@ -59,6 +59,7 @@ type replayer struct {
 	waiting   atomic.Int32 // replays waiting to take a slot (acquire)
 	metrics   *stateMetrics
 	stop      <-chan struct{}
+	closes    closeWatch // cancels the replays of clients that went
 	// maxQueued (state.max_queued) caps the new messages of the first
 	// pass; queueDrops counts those beyond it.
 	maxQueued  int
@@ -100,21 +101,7 @@ func (r *replayer) run(o *ownedSession, connected time.Time) {
 	defer r.h.inj.replaying.Add(-1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() {
-		t := time.NewTicker(50 * time.Millisecond)
-		defer t.Stop()
-		for !o.cl.Closed() {
-			select {
-			case <-r.stop:
-				cancel()
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-		cancel()
-	}()
+	defer r.closes.watch(o.cl, cancel)()
 	if r.acquire(ctx) != nil {
 		return
 	}
