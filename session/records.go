@@ -109,7 +109,8 @@ func (h *sessionHook) onChange(c state.Change) {
 	var rec *state.Session
 	if c.Value != nil {
 		var err error
-		if rec, err = state.DecodeSession(c.Value); err != nil {
+		// Its head is all this reads (takeovers, Wills, lost sessions).
+		if rec, err = state.DecodeSessionHead(c.Value); err != nil {
 			h.logs.Warn("decode:"+c.Key, "unreadable session record ignored", "client", c.Key, "offset", c.Offset, "err", err)
 			return
 		}
