@@ -124,7 +124,8 @@ export FERRY_TEST_BRIDGE_BIN="$bin_dir/ferry-bridge"
 # build's output).
 (
 	t0=$(now_ms)
-	bin_build() { go build -o "$FERRY_TEST_BRIDGE_BIN.tmp" ./cmd/bridge >"$build_dir/bin.log" 2>&1; }
+	# bin_build [nice ...]: the build, run under the given command if any.
+	bin_build() { "$@" go build -o "$FERRY_TEST_BRIDGE_BIN.tmp" ./cmd/bridge >"$build_dir/bin.log" 2>&1; }
 	ok=0
 	if ((full)); then
 		# Below the race build's priority while it goes on (the first tests wait for that
@@ -136,7 +137,7 @@ export FERRY_TEST_BRIDGE_BIN="$bin_dir/ferry-bridge"
 		# its share of the CPU whatever its nice value, and the race build took 141-144 s
 		# instead of 104-107 s with cold caches.
 		set -m
-		nice -n 10 go build -o "$FERRY_TEST_BRIDGE_BIN.tmp" ./cmd/bridge >"$build_dir/bin.log" 2>&1 &
+		bin_build nice -n 10 &
 		niced=$!
 		set +m
 		while kill -0 "$niced" 2>/dev/null && [[ ! -e "$build_dir/bridge-build.done" ]]; do sleep 0.5; done

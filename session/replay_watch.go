@@ -23,8 +23,7 @@ type closeWatch struct {
 
 	mu      sync.Mutex
 	watched map[*watchedReplay]struct{}
-	running bool // the goroutine runs (it ends when nothing is watched)
-	stopped bool // stop was closed: a new replay is cancelled at once
+	running bool // the goroutine runs (it ends when nothing is watched or at stop)
 }
 
 // watchedReplay is one replay's client and the cancel of its context.
@@ -36,19 +35,12 @@ type watchedReplay struct {
 // watch cancels cancel once cl is closed or the engine stops, and returns
 // the function that ends the watch (the replay is over).
 func (w *closeWatch) watch(cl *mqtt.Client, cancel context.CancelFunc) (unwatch func()) {
+	if w.stopping() || cl.Closed() {
+		cancel()
+		return func() {}
+	}
 	wr := &watchedReplay{cl: cl, cancel: cancel}
-	select {
-	case <-w.stop:
-		cancel()
-		return func() {}
-	default:
-	}
 	w.mu.Lock()
-	if w.stopped || cl.Closed() {
-		w.mu.Unlock()
-		cancel()
-		return func() {}
-	}
 	if w.watched == nil {
 		w.watched = make(map[*watchedReplay]struct{})
 	}
@@ -65,6 +57,18 @@ func (w *closeWatch) watch(cl *mqtt.Client, cancel context.CancelFunc) (unwatch 
 	}
 }
 
+// stopping reports whether the engine stops. (A watch that comes just
+// after the goroutine ended at stop starts another, which cancels it at
+// its first look.)
+func (w *closeWatch) stopping() bool {
+	select {
+	case <-w.stop:
+		return true
+	default:
+		return false
+	}
+}
+
 // run looks at the watched clients every closeWatchEvery until none is
 // left or the engine stops.
 func (w *closeWatch) run() {
@@ -74,7 +78,7 @@ func (w *closeWatch) run() {
 		select {
 		case <-w.stop:
 			w.mu.Lock()
-			w.stopped, w.running = true, false
+			w.running = false
 			for wr := range w.watched {
 				wr.cancel()
 				delete(w.watched, wr)

@@ -109,13 +109,22 @@ func (s *Session) Encode() ([]byte, error) {
 // DecodeSession reads a table value.
 func DecodeSession(b []byte) (*Session, error) {
 	var s Session
-	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("state: decode session: %w", err)
-	}
-	if s.Version != sessionVersion {
-		return nil, fmt.Errorf("state: session %q has version %d, this build reads %d", s.Client, s.Version, sessionVersion)
+	if err := decodeVersioned(b, &s, &s.Version, &s.Client); err != nil {
+		return nil, err
 	}
 	return &s, nil
+}
+
+// decodeVersioned decodes b into v, whose version and client id fields
+// are at version and client, and refuses a shape this build does not read.
+func decodeVersioned(b []byte, v any, version *int, client *string) error {
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("state: decode session: %w", err)
+	}
+	if *version != sessionVersion {
+		return fmt.Errorf("state: session %q has version %d, this build reads %d", *client, *version, sessionVersion)
+	}
+	return nil
 }
 
 // sessionHead is the part of a record every instance reads of every
@@ -142,11 +151,8 @@ type sessionHead struct {
 // and subscriptions) was a tenth of an instance's CPU in a reconnect storm.
 func DecodeSessionHead(b []byte) (*Session, error) {
 	var h sessionHead
-	if err := json.Unmarshal(b, &h); err != nil {
-		return nil, fmt.Errorf("state: decode session: %w", err)
-	}
-	if h.Version != sessionVersion {
-		return nil, fmt.Errorf("state: session %q has version %d, this build reads %d", h.Client, h.Version, sessionVersion)
+	if err := decodeVersioned(b, &h, &h.Version, &h.Client); err != nil {
+		return nil, err
 	}
 	return &Session{Version: h.Version, Client: h.Client, Owner: h.Owner, Epoch: h.Epoch, Connected: h.Connected,
 		Disconnected: h.Disconnected, Clean: h.Clean, Expiry: h.Expiry, WillBy: h.WillBy}, nil
