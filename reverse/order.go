@@ -1,7 +1,6 @@
 package reverse
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"slices"
@@ -72,9 +71,15 @@ func NewInflightOrder(server *mqtt.Server) *InflightOrder {
 
 func (o *InflightOrder) ID() string { return "ferry-inflight-order" }
 
+// Provides is asked for every hook on every event (per packet): a switch,
+// not a slice search.
 func (o *InflightOrder) Provides(b byte) bool {
-	return bytes.Contains([]byte{mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped,
-		mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnDisconnect}, []byte{b})
+	switch b {
+	case mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped,
+		mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnDisconnect:
+		return true
+	}
+	return false
 }
 
 // OnQosPublish numbers a new delivery; a resend (DUP) keeps its number.

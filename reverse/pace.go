@@ -1,7 +1,6 @@
 package reverse
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"sync/atomic"
@@ -49,7 +48,7 @@ func newPacer(server *mqtt.Server, log *slog.Logger, limit int, maxWait time.Dur
 func (p *pacer) ID() string { return "ferry-reverse-pacer" }
 
 func (p *pacer) Provides(b byte) bool {
-	return bytes.Contains([]byte{mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.OnDisconnect}, []byte{b})
+	return b == mqtt.OnQosComplete || b == mqtt.OnQosDropped || b == mqtt.OnDisconnect
 }
 
 func (p *pacer) OnQosComplete(*mqtt.Client, packets.Packet) { p.signal() }

@@ -1,12 +1,14 @@
 package mochipatch
 
 import (
+	"bufio"
 	"bytes"
 	"io"
 	"log/slog"
 	"net"
 	"runtime"
 	"testing"
+	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -117,3 +119,133 @@ func TestRejectedPublishAllocatesNothing(t *testing.T) {
 		t.Fatalf("a rejected publish: %v allocations in mochi's hooks, want 0", n)
 	}
 }
+
+// countingHook counts how often mochi asks it what it provides, and how
+// often its OnPublish runs.
+type countingHook struct {
+	mqtt.HookBase
+	id       string
+	provides byte
+	asked    int
+	calls    *[]string
+}
+
+func (h *countingHook) ID() string { return h.id }
+func (h *countingHook) Provides(b byte) bool {
+	h.asked++
+	return b == h.provides
+}
+func (h *countingHook) OnPublish(_ *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	*h.calls = append(*h.calls, h.id)
+	return pk, nil
+}
+
+// TestHooksAskProvidesOnceWhenAdded: mochi asks each hook's Provides once
+// per hook method when the hook is added, not for every hook on every event
+// of every packet (with Ferry's seven hooks that was 3% of the forward
+// path's CPU); the hooks that provide a method still run in the order they
+// were added, and the others do not.
+func TestHooksAskProvidesOnceWhenAdded(t *testing.T) {
+	hooks := &mqtt.Hooks{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	var calls []string
+	hs := []*countingHook{
+		{id: "a", provides: mqtt.OnPublish, calls: &calls},
+		{id: "b", provides: mqtt.OnConnect, calls: &calls},
+		{id: "c", provides: mqtt.OnPublish, calls: &calls},
+	}
+	for _, h := range hs {
+		if err := hooks.Add(h, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	asked := 0
+	for _, h := range hs {
+		asked += h.asked
+	}
+	cl := &mqtt.Client{ID: "c"}
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, PacketID: 7, TopicName: "a/b"}
+	const n = 100
+	for range n {
+		_, _ = hooks.OnPublish(cl, pk)
+		_, _ = hooks.OnPacketRead(cl, pk)
+		hooks.OnPacketProcessed(cl, pk, nil)
+		_ = hooks.OnACLCheck(cl, "a/b", true)
+	}
+	for _, h := range hs {
+		asked -= h.asked
+	}
+	if asked != 0 {
+		t.Fatalf("%d packets' events asked the hooks' Provides %d times, want 0 (asked when added)", n, -asked)
+	}
+	if want := n * 2; len(calls) != want || calls[0] != "a" || calls[1] != "c" {
+		t.Fatalf("OnPublish ran %d hooks (first %v), want %d: a then c, never b", len(calls), calls[:min(len(calls), 4)], want)
+	}
+}
+
+// TestQoS2PublishUnderAnIdAwaitingPubrel: processPublish looks at the type
+// of the packet in flight under a QoS 2 publish's id (no longer a copy of
+// it); a PUBLISH under an id whose PUBREC still waits for its PUBREL is
+// answered PUBREC 0x91, Packet Identifier in use [MQTT-4.3.3-10], and one
+// under a free id is accepted. It passes upstream too: it holds what change
+// 4 of FERRY.md must keep.
+func TestQoS2PublishUnderAnIdAwaitingPubrel(t *testing.T) {
+	server := mqtt.New(&mqtt.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err := server.AddHook(new(allowHook), nil); err != nil {
+		t.Fatal(err)
+	}
+	srv, cli := net.Pipe()
+	defer srv.Close()
+	defer cli.Close()
+	cl := server.NewClient(srv, "t", "c", false)
+	cl.Properties.ProtocolVersion = 5
+	cl.State.Inflight.ResetReceiveQuota(10)
+	cl.State.Inflight.Set(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrec}, PacketID: 5})
+	codes := make(chan [2]byte, 2)
+	go func() {
+		r := bufio.NewReader(cli)
+		for {
+			b, err := r.ReadByte()
+			if err != nil {
+				return
+			}
+			n, _, err := packets.DecodeLength(r)
+			if err != nil {
+				return
+			}
+			body := make([]byte, n)
+			if _, err := io.ReadFull(r, body); err != nil {
+				return
+			}
+			if b>>4 == packets.Pubrec && len(body) >= 3 {
+				codes <- [2]byte{body[1], body[2]} // low byte of the id, reason code
+			}
+		}
+	}()
+	publish := func(id uint16) {
+		pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 2}, PacketID: id, TopicName: "a/b", Payload: []byte("x")}
+		go func() { _ = server.InjectPacket(cl, pk) }()
+	}
+	publish(5)
+	select {
+	case got := <-codes:
+		if want := [2]byte{5, 0x91}; got != want {
+			t.Fatalf("QoS 2 PUBLISH under an id awaiting PUBREL: PUBREC id/reason %x, want %x", got, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("QoS 2 PUBLISH under an id awaiting PUBREL: no PUBREC in 5 s, want PUBREC 0x91")
+	}
+	publish(6) // a free id: accepted, its PUBREC in flight
+	for range 200 {
+		if pk, ok := cl.State.Inflight.Get(6); ok && pk.FixedHeader.Type == packets.Pubrec {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("QoS 2 PUBLISH under a free id: no PUBREC in flight, want it accepted")
+}
+
+type allowHook struct{ mqtt.HookBase }
+
+func (allowHook) ID() string                                 { return "allow" }
+func (allowHook) Provides(b byte) bool                       { return b == mqtt.OnACLCheck }
+func (allowHook) OnACLCheck(*mqtt.Client, string, bool) bool { return true }

@@ -518,7 +518,9 @@ func (cl *Client) ReadPacket(fh *packets.FixedHeader) (pk packets.Packet, err er
 		return pk, err
 	}
 
-	pk, err = cl.ops.hooks.OnPacketRead(cl, pk)
+	if cl.ops.hooks.provides(OnPacketRead) { // Ferry: no 800-byte packet copied in and out for nobody
+		pk, err = cl.ops.hooks.OnPacketRead(cl, pk)
+	}
 	return
 }
 
@@ -553,7 +555,9 @@ func (cl *Client) WritePacket(pk packets.Packet) error {
 		pk.Mods.AllowResponseInfo = true // [MQTT-3.1.2-28] we need to know which properties we can encode
 	}
 
-	pk = cl.ops.hooks.OnPacketEncode(cl, pk)
+	if cl.ops.hooks.provides(OnPacketEncode) { // Ferry
+		pk = cl.ops.hooks.OnPacketEncode(cl, pk)
+	}
 
 	var err error
 	buf := new(bytes.Buffer)
@@ -639,7 +643,9 @@ func (cl *Client) WritePacket(pk packets.Packet) error {
 		atomic.AddInt64(&cl.ops.info.MessagesSent, 1)
 	}
 
-	cl.ops.hooks.OnPacketSent(cl, pk, buf.Bytes())
+	if cl.ops.hooks.provides(OnPacketSent) { // Ferry
+		cl.ops.hooks.OnPacketSent(cl, pk, buf.Bytes())
+	}
 
 	return err
 }

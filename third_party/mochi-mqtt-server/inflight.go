@@ -51,6 +51,18 @@ func (i *Inflight) Get(id uint16) (packets.Packet, bool) {
 	return packets.Packet{}, false
 }
 
+// typeOf returns the fixed header type of the inflight packet with the id
+// (Ferry: Get copies the 800-byte packet, or zeroes one when there is none,
+// for every inbound QoS 1/2 publish).
+func (i *Inflight) typeOf(id uint16) (byte, bool) {
+	i.RLock()
+	defer i.RUnlock()
+	if _, ok := i.internal[id]; !ok {
+		return 0, false
+	}
+	return i.internal[id].FixedHeader.Type, true
+}
+
 // Len returns the size of the inflight messages map.
 func (i *Inflight) Len() int {
 	i.RLock()

@@ -711,7 +711,9 @@ func (s *Server) processPacket(cl *Client, pk packets.Packet) error {
 		return fmt.Errorf("no valid packet available; %v", pk.FixedHeader.Type)
 	}
 
-	s.hooks.OnPacketProcessed(cl, pk, err)
+	if s.hooks.provides(OnPacketProcessed) { // Ferry
+		s.hooks.OnPacketProcessed(cl, pk, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -891,8 +893,8 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 	}
 
 	if !cl.Net.Inline {
-		if pki, ok := cl.State.Inflight.Get(pk.PacketID); ok {
-			if pki.FixedHeader.Type == packets.Pubrec { // [MQTT-4.3.3-10]
+		if typ, ok := cl.State.Inflight.typeOf(pk.PacketID); ok { // Ferry: not an 800-byte copy
+			if typ == packets.Pubrec { // [MQTT-4.3.3-10]
 				ack := s.buildAck(pk.PacketID, packets.Pubrec, 0, pk.Properties, packets.ErrPacketIdentifierInUse)
 				return cl.WritePacket(ack)
 			}
