@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/hooks/auth"
 	"github.com/mochi-mqtt/server/v2/packets"
 	"golang.org/x/crypto/bcrypt"
 )
@@ -24,7 +25,7 @@ import (
 // everything.
 func addAuth(s *mqtt.Server, cfg MQTTConfig) (readCheck, error) {
 	if len(cfg.Users) == 0 && cfg.Anonymous.empty() {
-		if err := s.AddHook(new(allowAll), nil); err != nil {
+		if err := s.AddHook(new(auth.AllowHook), nil); err != nil {
 			return nil, fmt.Errorf("mqtt auth: %w", err)
 		}
 		return nil, nil
@@ -48,22 +49,6 @@ func addAuth(s *mqtt.Server, cfg MQTTConfig) (readCheck, error) {
 // mochi makes (OnACLCheck, write false) for every filter of a SUBSCRIBE and
 // for every delivery it makes.
 type readCheck func(cl *mqtt.Client, topic string) bool
-
-// allowAll admits every client and allows every publish and subscription: the
-// hook when no users and no anonymous ACL are configured. It is mochi's
-// auth.AllowHook with a Provides that is two comparisons, not a slice
-// search: mochi asks every hook's Provides for every event of every packet.
-type allowAll struct{ mqtt.HookBase }
-
-func (*allowAll) ID() string { return "ferry-allow-all" }
-
-func (*allowAll) Provides(b byte) bool {
-	return b == mqtt.OnConnectAuthenticate || b == mqtt.OnACLCheck
-}
-
-func (*allowAll) OnConnectAuthenticate(*mqtt.Client, packets.Packet) bool { return true }
-
-func (*allowAll) OnACLCheck(*mqtt.Client, string, bool) bool { return true }
 
 type authHook struct {
 	mqtt.HookBase

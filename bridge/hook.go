@@ -81,8 +81,8 @@ func (h *hook) writeRetained(cl *mqtt.Client, pk *packets.Packet, done func(erro
 
 func (h *hook) ID() string { return "ferry-bridge" }
 
-// Provides is asked for every hook on every event (per packet): a switch,
-// not a slice search.
+// Provides is asked once per hook method, when the hook is added (the
+// patched mochi, FERRY.md change 4).
 func (h *hook) Provides(b byte) bool {
 	switch b {
 	case mqtt.OnPublish, mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnPublishDropped, mqtt.OnSubscribe,

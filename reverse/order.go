@@ -1,6 +1,7 @@
 package reverse
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"slices"
@@ -71,15 +72,9 @@ func NewInflightOrder(server *mqtt.Server) *InflightOrder {
 
 func (o *InflightOrder) ID() string { return "ferry-inflight-order" }
 
-// Provides is asked for every hook on every event (per packet): a switch,
-// not a slice search.
 func (o *InflightOrder) Provides(b byte) bool {
-	switch b {
-	case mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped,
-		mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnDisconnect:
-		return true
-	}
-	return false
+	return bytes.Contains([]byte{mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped,
+		mqtt.OnSessionEstablish, mqtt.OnSessionEstablished, mqtt.OnDisconnect}, []byte{b})
 }
 
 // OnQosPublish numbers a new delivery; a resend (DUP) keeps its number.

@@ -1,6 +1,7 @@
 package reverse
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"sync/atomic"
@@ -48,7 +49,7 @@ func newPacer(server *mqtt.Server, log *slog.Logger, limit int, maxWait time.Dur
 func (p *pacer) ID() string { return "ferry-reverse-pacer" }
 
 func (p *pacer) Provides(b byte) bool {
-	return b == mqtt.OnQosComplete || b == mqtt.OnQosDropped || b == mqtt.OnDisconnect
+	return bytes.Contains([]byte{mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.OnDisconnect}, []byte{b})
 }
 
 func (p *pacer) OnQosComplete(*mqtt.Client, packets.Packet) { p.signal() }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/hooks/auth"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
@@ -190,7 +191,7 @@ func TestHooksAskProvidesOnceWhenAdded(t *testing.T) {
 // 4 of FERRY.md must keep.
 func TestQoS2PublishUnderAnIdAwaitingPubrel(t *testing.T) {
 	server := mqtt.New(&mqtt.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err := server.AddHook(new(allowHook), nil); err != nil {
+	if err := server.AddHook(new(auth.AllowHook), nil); err != nil {
 		t.Fatal(err)
 	}
 	srv, cli := net.Pipe()
@@ -243,9 +244,3 @@ func TestQoS2PublishUnderAnIdAwaitingPubrel(t *testing.T) {
 	}
 	t.Fatal("QoS 2 PUBLISH under a free id: no PUBREC in flight, want it accepted")
 }
-
-type allowHook struct{ mqtt.HookBase }
-
-func (allowHook) ID() string                                 { return "allow" }
-func (allowHook) Provides(b byte) bool                       { return b == mqtt.OnACLCheck }
-func (allowHook) OnACLCheck(*mqtt.Client, string, bool) bool { return true }
