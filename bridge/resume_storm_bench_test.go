@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -146,16 +147,19 @@ func resumeStorm(b *testing.B, brokers string, n int) {
 	} else {
 		close(profiled)
 	}
-	cpu0 := [3]float64{procCPU(b, inst[1].pid()), procCPU(b, inst[2].pid()), procCPU(b, os.Getpid())}
+	kpid := localKafkaPID()
+	cpu0 := [4]float64{procCPU(b, inst[1].pid()), procCPU(b, inst[2].pid()), procCPU(b, os.Getpid()), kafkaCPU(b, kpid)}
 	busy0, all0 := machineCPU(b)
+	stopJFR := kafkaJFR(b)
 	b.StartTimer()
 	start := time.Now()
 	close(gate)
 	wg.Wait()
 	b.StopTimer()
+	stopJFR()
 	took := time.Since(start)
 	busy1, all1 := machineCPU(b)
-	cpu1 := [3]float64{procCPU(b, inst[1].pid()), procCPU(b, inst[2].pid()), procCPU(b, os.Getpid())}
+	cpu1 := [4]float64{procCPU(b, inst[1].pid()), procCPU(b, inst[2].pid()), procCPU(b, os.Getpid()), kafkaCPU(b, kpid)}
 	<-profiled
 
 	var connack, first, all []time.Duration
@@ -185,12 +189,64 @@ func resumeStorm(b *testing.B, brokers string, n int) {
 	// process (the load generator) and the rest (Kafka, mostly).
 	bridges, gen := cpu1[0]-cpu0[0]+cpu1[1]-cpu0[1], cpu1[2]-cpu0[2]
 	busy := busy1 - busy0
-	b.Logf("CPU over the storm (%.1f s, %d cores): machine busy %.0f%%; instances %.1f s, load generator %.1f s, the rest (Kafka) %.1f s",
-		took.Seconds(), runtime.NumCPU(), 100*busy/(all1-all0), bridges, gen, busy-bridges-gen)
+	kafka := "Kafka not on this machine"
+	if kpid > 0 {
+		kafka = fmt.Sprintf("Kafka (pid %d) %.1f s", kpid, cpu1[3]-cpu0[3])
+	}
+	b.Logf("CPU over the storm (%.1f s, %d cores): machine busy %.0f%%; instances %.1f s, load generator %.1f s, %s, the rest %.1f s",
+		took.Seconds(), runtime.NumCPU(), 100*busy/(all1-all0), bridges, gen, kafka, busy-bridges-gen-(cpu1[3]-cpu0[3]))
 	b.Logf("%d sessions resumed in %s: CONNACK p50/p99 %.2f/%.2f s, first message %.2f/%.2f s, all %d %.2f/%.2f s; %d duplicates",
 		n, took.Round(time.Millisecond), quantileSeconds(connack, 0.5), quantileSeconds(connack, 0.99),
 		quantileSeconds(first, 0.5), quantileSeconds(first, 0.99), stormGroup,
 		quantileSeconds(all, 0.5), quantileSeconds(all, 0.99), dups)
+}
+
+// localKafkaPID is the pid of the one kafka.Kafka process on this machine
+// (scripts/kafka.sh's broker), or 0.
+func localKafkaPID() int {
+	out, err := exec.Command("pgrep", "-f", `kafka\.Kafka`).Output()
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(out))
+	if len(f) != 1 {
+		return 0
+	}
+	pid, _ := strconv.Atoi(f[0])
+	return pid
+}
+
+// kafkaCPU is procCPU of pid, or 0 for pid 0.
+func kafkaCPU(b *testing.B, pid int) float64 {
+	if pid == 0 {
+		return 0
+	}
+	return procCPU(b, pid)
+}
+
+// kafkaJFR starts a JDK Flight Recorder CPU profile of the local Kafka
+// broker (the one kafka.Kafka process) when FERRY_BENCH_KAFKA_JFR names a
+// file, and returns what stops it: the storm's share of Kafka's CPU, without
+// the sessions' setup (summed by scripts/kafka-profile.sh's way: jfr print
+// --events jdk.ExecutionSample FILE).
+func kafkaJFR(b *testing.B) func() {
+	file := os.Getenv("FERRY_BENCH_KAFKA_JFR")
+	if file == "" {
+		return func() {}
+	}
+	pid := localKafkaPID()
+	if pid == 0 {
+		b.Fatal("FERRY_BENCH_KAFKA_JFR: not one kafka.Kafka process on this machine")
+	}
+	p := strconv.Itoa(pid)
+	if out, err := exec.Command("jcmd", p, "JFR.start", "name=ferry-storm", "settings=profile", "filename="+file).CombinedOutput(); err != nil {
+		b.Fatalf("jcmd JFR.start: %v: %s", err, out)
+	}
+	return func() {
+		if out, err := exec.Command("jcmd", p, "JFR.stop", "name=ferry-storm").CombinedOutput(); err != nil {
+			b.Errorf("jcmd JFR.stop: %v: %s", err, out)
+		}
+	}
 }
 
 func stormConnect(id string) packets.Packet {

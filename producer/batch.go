@@ -62,14 +62,13 @@ func encodeBatch(dst []byte, recs []*Record, codec kafka.Compression, now time.T
 	if codec == 0 {
 		dst = appendRecords(dst, recs, first, nowMs)
 	} else {
-		c := codec.Codec()
-		if c == nil {
+		out := bytes.NewBuffer(dst)
+		w, ok := compressor(codec, out)
+		if !ok {
 			return dst[:start], fmt.Errorf("compression %v: no codec", codec)
 		}
 		raw := scratchPool.Get().(*[]byte)
 		*raw = appendRecords((*raw)[:0], recs, first, nowMs)
-		out := bytes.NewBuffer(dst)
-		w := c.NewWriter(out)
 		_, err := w.Write(*raw)
 		if cerr := w.Close(); err == nil {
 			err = cerr

@@ -2,6 +2,7 @@ package producer
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -219,4 +220,59 @@ func BenchmarkEncodeBatch(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(recs)), "ns/record")
 	})
+}
+
+// An lz4 batch is one frame of 64 KiB blocks without a content checksum
+// (the Java producer's shape; see lz4.go): a reader sizes its buffer by the
+// frame's block size, and Kafka does not check the content checksum. A
+// batch larger than a block is several blocks of one frame, and reads back
+// (TestBatchCompressedRoundTrip reads smaller ones).
+func TestLZ4BatchFrameIs64KiBBlocksWithoutChecksum(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	recs := batchRecords(rng, 2000)
+	for i := range recs {
+		recs[i].Value = make([]byte, 100+rng.IntN(100)) // ~300 KiB of records: several blocks
+		for j := range recs[i].Value {
+			recs[i].Value[j] = byte(rng.IntN(256))
+		}
+	}
+	for range 3 { // a pooled writer keeps its options
+		b, err := encodeBatch(nil, recs, kafka.Lz4, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		frame := b[4+batchHeaderLen:]
+		if magic := binary.LittleEndian.Uint32(frame); magic != 0x184D2204 {
+			t.Fatalf("frame magic %#x, want an lz4 frame", magic)
+		}
+		flg, bd := frame[4], frame[5]
+		if flg&0x04 != 0 {
+			t.Fatalf("FLG %#x: content checksum set", flg)
+		}
+		if size := bd >> 4 & 7; size != 4 {
+			t.Fatalf("BD %#x: block max size index %d, want 4 (64 KiB)", bd, size)
+		}
+		var rs protocol.RecordSet
+		if _, err := rs.ReadFrom(bytes.NewReader(b)); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for {
+			r, err := rs.Records.ReadRecord()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, _ := io.ReadAll(r.Value)
+			if !bytes.Equal(v, recs[n].Value) {
+				t.Fatalf("record %d: value differs", n)
+			}
+			n++
+		}
+		if n != len(recs) {
+			t.Fatalf("%d records read back, want %d", n, len(recs))
+		}
+	}
 }

@@ -3,12 +3,14 @@ package state
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -323,6 +325,42 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not within 10 s", what)
+		}
+	}
+}
+
+// The table's writes are lz4 batches: Kafka's snappy reader allocates per
+// batch when it checks one (see Open).
+func TestTableWritesLZ4Batches(t *testing.T) {
+	brokers := newCluster(t)
+	a := openTable(t, brokers, nil)
+	// A value that compresses (franz-go sends a batch that does not
+	// uncompressed).
+	v := []byte(`{"subscriptions":[` + strings.Repeat(`{"filter":"a/b/c","qos":1},`, 40) + `{}]}`)
+	if err := a.Put(context.Background(), "k", v); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("_ferry_test"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatal("the table's record not read within 10 s")
+		}
+		for _, r := range fs.Records() {
+			if string(r.Key) != "k" {
+				continue
+			}
+			if c := r.Attrs.CompressionType(); c != 3 {
+				t.Fatalf("the table's record came in a batch of compression type %d, want 3 (lz4)", c)
+			}
+			return
 		}
 	}
 }
