@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-bridge/ferry/internal/kafkatest"
 )
@@ -78,6 +81,9 @@ func resumeStorm(b *testing.B, brokers string, n int) {
 	for i := range inst {
 		inst[i] = startFerry(b, fmt.Sprintf("ferry-storm%d", i), "", append(env, fmt.Sprintf("FERRY_INSTANCE_ID=storm%d-%s", i, run))...)
 	}
+	// The run's topics go at the end: a Kafka that has collected thousands
+	// lists them slower, and every replay's last pass takes a listing.
+	defer deleteTopicsPrefixed(b, brokers, "rs"+run+"_", stateEnvTopics(b)...)
 	groups := (n + stormGroup - 1) / stormGroup
 	id := func(i int) string { return fmt.Sprintf("rs%s-%d", run, i) }
 	topic := func(g int) string { return fmt.Sprintf("rs%s/g%d/m", run, g) }
@@ -199,6 +205,50 @@ func resumeStorm(b *testing.B, brokers string, n int) {
 		n, took.Round(time.Millisecond), quantileSeconds(connack, 0.5), quantileSeconds(connack, 0.99),
 		quantileSeconds(first, 0.5), quantileSeconds(first, 0.99), stormGroup,
 		quantileSeconds(all, 0.5), quantileSeconds(all, 0.99), dups)
+}
+
+// stateEnvTopics are the state topics of stateEnv(tb).
+func stateEnvTopics(tb testing.TB) []string {
+	var out []string
+	for _, kv := range stateEnv(tb) {
+		if k, v, _ := strings.Cut(kv, "="); strings.HasSuffix(k, "_TOPIC") {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// deleteTopicsPrefixed deletes the topics whose names start with prefix,
+// and the topics named also.
+func deleteTopicsPrefixed(tb testing.TB, brokers, prefix string, also ...string) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...))
+	if err != nil {
+		tb.Errorf("delete topics: %v", err)
+		return
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	topics, err := adm.ListTopics(ctx)
+	if err != nil {
+		tb.Errorf("delete topics: %v", err)
+		return
+	}
+	del := also
+	for _, t := range topics.Names() {
+		if strings.HasPrefix(t, prefix) {
+			del = append(del, t)
+		}
+	}
+	for len(del) > 0 {
+		batch := del[:min(len(del), 500)]
+		del = del[len(batch):]
+		if _, err := adm.DeleteTopics(ctx, batch...); err != nil {
+			tb.Errorf("delete %d topics: %v", len(batch), err)
+			return
+		}
+	}
 }
 
 // localKafkaPID is the pid of the one kafka.Kafka process on this machine

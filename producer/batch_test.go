@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -274,5 +275,55 @@ func TestLZ4BatchFrameIs64KiBBlocksWithoutChecksum(t *testing.T) {
 		if n != len(recs) {
 			t.Fatalf("%d records read back, want %d", n, len(recs))
 		}
+	}
+}
+
+// BenchmarkEncodeBatchLZ4: 400 records of Ferry's default shape compressed
+// with Ferry's lz4 writer (lz4.go), and, for comparison, with kafka-go's
+// codec (4 MiB blocks, content checksum).
+func BenchmarkEncodeBatchLZ4(b *testing.B) {
+	recs := make([]*Record, 400)
+	now := time.Now()
+	for i := range recs {
+		recs[i] = &Record{Key: []byte("bench/kafkacost/1"), Value: []byte("0123456789ab"), Received: now, Headers: []kafka.Header{
+			{Key: "mqtt.topic", Value: []byte("bench/kafkacost/1")}, {Key: "mqtt.qos", Value: []byte("1")},
+			{Key: "mqtt.client_id", Value: []byte("bench-client-1")}, {Key: "ferry.origin", Value: []byte("ferry-0123456789abcdef")},
+			{Key: "mqtt.packet_id", Value: []byte(strconv.Itoa(i))}}}
+	}
+	var raw []byte
+	raw = appendRecords(raw, recs, now.UnixMilli(), now.UnixMilli())
+	b.Run("ferry", func(b *testing.B) {
+		var buf []byte
+		b.ReportAllocs()
+		for b.Loop() {
+			var err error
+			if buf, err = encodeBatch(buf[:0], recs, kafka.Lz4, now); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(len(buf)), "bytes")
+	})
+	for _, c := range []struct {
+		name string
+		w    func(io.Writer) io.WriteCloser
+	}{
+		{"ferry-writer", func(out io.Writer) io.WriteCloser { w, _ := compressor(kafka.Lz4, out); return w }},
+		{"kafka-go-codec", kafka.Lz4.Codec().NewWriter},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var out bytes.Buffer
+			b.ReportAllocs()
+			for b.Loop() {
+				out.Reset()
+				w := c.w(&out)
+				if _, err := w.Write(raw); err != nil {
+					b.Fatal(err)
+				}
+				if err := w.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(out.Len()), "bytes")
+		})
 	}
 }

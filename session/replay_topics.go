@@ -28,7 +28,10 @@ import (
 //     missed is skipped.
 //
 // One listing is requested at a time; replays needing a newer one wait for
-// it.
+// the next, and a caller that the newest listing serves never waits behind
+// them (a storm's first passes were held up, behind last passes waiting out
+// the gap to the next listing, for a listing they did not need: 1.3 s at
+// the median of a 10,000-session storm).
 type topicLister struct {
 	list   func(ctx context.Context) ([]string, error)
 	maxAge time.Duration
@@ -40,6 +43,17 @@ type topicLister struct {
 	took  time.Duration // how long it took
 	names []string      // shared: read only
 	idx   *topicIndex   // of names, built on first use (indexed)
+	// next is the listing callers join that need a newer one than names:
+	// not started yet (it starts after them), so it serves them all.
+	next *listRound
+	// last is the newest listing started; the next starts once it is done.
+	last *listRound
+}
+
+// listRound is one listing and the callers waiting for it.
+type listRound struct {
+	done chan struct{}
+	err  error
 }
 
 // topicsMaxAge is how old a listing the first pass of a replay may use.
@@ -89,43 +103,83 @@ func (l *topicLister) recent(ctx context.Context) ([]string, error) {
 	return l.since(ctx, time.Now().Add(-l.maxAge))
 }
 
-// since returns a listing requested at or after t.
+// since returns a listing requested at or after t (t is not in the future).
 func (l *topicLister) since(ctx context.Context, t time.Time) ([]string, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.names != nil && !l.at.Before(t) {
-		return l.names, nil
+	for {
+		l.mu.Lock()
+		if l.names != nil && !l.at.Before(t) {
+			names := l.names
+			l.mu.Unlock()
+			return names, nil
+		}
+		round := l.next
+		if round == nil {
+			round = &listRound{done: make(chan struct{})}
+			l.next = round
+			go l.run(round, l.last)
+			l.last = round
+		}
+		l.mu.Unlock()
+		select {
+		case <-round.done:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("list topics: %w", ctx.Err())
+		}
+		if round.err != nil {
+			return nil, round.err
+		}
+		// The round started after this call: its listing serves it, unless
+		// a newer one replaced it meanwhile (newer still serves it).
 	}
-	// Listings at most every topicsMinGap: a storm's replays go live one
-	// after the other, and each listing of a big cluster costs the
-	// instance tens of milliseconds of CPU; those that went live meanwhile
-	// share the next one (it starts after them).
+}
+
+// run makes one listing once the one before it is done and the gap since
+// that one's start has passed: listings at most every topicsMinGap, or
+// topicsGapFactor times the last one's time. A storm's replays go live one
+// after the other, and each listing of a big cluster costs the instance
+// tens of milliseconds of CPU; those that went live meanwhile share the
+// next one (it starts after them).
+func (l *topicLister) run(round, prev *listRound) {
+	if prev != nil {
+		<-prev.done
+	}
+	l.mu.Lock()
 	gap := l.minGap
 	if gap > 0 {
 		gap = max(gap, min(topicsGapFactor*l.took, topicsMaxGap))
 	}
-	if wait := time.Until(l.at.Add(gap)); l.names != nil && wait > 0 {
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return nil, fmt.Errorf("list topics: %w", ctx.Err())
-		}
+	wait := time.Until(l.at.Add(gap))
+	l.mu.Unlock()
+	if wait > 0 && prev != nil {
+		time.Sleep(wait)
 	}
+	l.mu.Lock()
+	l.next = nil // callers from now on need a listing after this one's start
+	l.mu.Unlock()
 	at := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), topicsListTimeout)
 	names, err := l.list(ctx)
+	cancel()
 	took := time.Since(at)
 	if l.onList != nil {
 		l.onList(took, len(names))
 	}
+	l.mu.Lock()
 	if err != nil {
-		return nil, fmt.Errorf("list topics: %w", err)
+		round.err = fmt.Errorf("list topics: %w", err)
+	} else {
+		if names == nil {
+			names = []string{}
+		}
+		l.at, l.took, l.names, l.idx = at, took, names, nil
 	}
-	if names == nil {
-		names = []string{}
-	}
-	l.at, l.took, l.names, l.idx = at, took, names, nil
-	return names, nil
+	l.mu.Unlock()
+	close(round.done)
 }
+
+// topicsListTimeout bounds one listing (its callers leave earlier when their
+// context ends; the listing they shared goes on for the others).
+const topicsListTimeout = 30 * time.Second
 
 // indexed is since with the listing's index (built once per listing, for
 // every replay that takes it): a replay of a cluster with thousands of

@@ -181,3 +181,54 @@ func TestTopicListerSeesNewTopic(t *testing.T) {
 		t.Fatalf("a listing requested after the topic new was created: %v, %v", names, err)
 	}
 }
+
+// TestTopicListerServesFromCacheDuringAListing: a caller that the newest
+// listing serves (a first pass) gets it at once while a newer listing, for a
+// last pass, is on its way; the last pass gets a listing that started after
+// its call. (The listing was made under the lister's lock: a storm's first
+// passes waited behind last passes.)
+func TestTopicListerServesFromCacheDuringAListing(t *testing.T) {
+	release := make(chan struct{})
+	var calls atomic.Int32
+	l := &topicLister{maxAge: time.Hour, list: func(context.Context) ([]string, error) {
+		if calls.Add(1) == 2 {
+			<-release // the last pass's listing hangs until the first pass is served
+			return []string{"t", "new"}, nil
+		}
+		return []string{"t"}, nil
+	}}
+	ctx := context.Background()
+	if _, err := l.recent(ctx); err != nil {
+		t.Fatal(err)
+	}
+	live := time.Now()
+	last := make(chan []string, 1)
+	go func() {
+		names, err := l.since(ctx, live)
+		if err != nil {
+			t.Error(err)
+		}
+		last <- names
+	}()
+	for calls.Load() < 2 {
+		time.Sleep(time.Millisecond) // the last pass's listing is on its way
+	}
+	served := make(chan error, 1)
+	go func() {
+		_, err := l.recent(ctx)
+		served <- err
+	}()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		close(release)
+		t.Fatal("a first pass the cached listing serves waited for a listing in flight")
+	}
+	close(release)
+	if names := <-last; !slices.Contains(names, "new") {
+		t.Fatalf("the last pass got %v, not the listing that started after its call", names)
+	}
+}
