@@ -45,9 +45,12 @@ import (
 type reads struct {
 	cl  *kgo.Client
 	adm *kadm.Client
+	// listEnds lists end offsets (adm.ListEndOffsets; a test's own).
+	listEnds func(ctx context.Context, topics ...string) (kadm.ListedOffsets, error)
 
 	mu       sync.Mutex
 	nextEnds *endsRound // the listing the next endOffsets call joins
+	curEnds  *endsRound // the listing on its way (endsLoop), or nil
 	listing  bool       // endsLoop runs
 	times    []*timesQuery
 	timing   bool // timesLoop runs
@@ -81,7 +84,8 @@ const (
 const readsRetry = 50 * time.Millisecond
 
 func newReads(cl *kgo.Client) *reads {
-	return &reads{cl: cl, adm: kadm.NewClient(cl), fetches: map[tp][]*fetchWait{}, leaders: map[string]topicMeta{},
+	adm := kadm.NewClient(cl)
+	return &reads{cl: cl, adm: adm, listEnds: adm.ListEndOffsets, fetches: map[tp][]*fetchWait{}, leaders: map[string]topicMeta{},
 		answered: map[timeKey]timeAnswer{}}
 }
 
@@ -94,26 +98,44 @@ type endsRound struct {
 }
 
 // endOffsets returns the end offset of every partition of topics, listed
-// after the call.
-func (r *reads) endOffsets(ctx context.Context, topics []string) (map[tp]int64, error) {
-	r.mu.Lock()
-	if r.nextEnds == nil {
-		r.nextEnds = &endsRound{topics: map[string]bool{}, done: make(chan struct{})}
-	}
-	round := r.nextEnds
-	for _, t := range topics {
-		round.topics[t] = true
-	}
-	if !r.listing {
-		r.listing = true
-		go r.endsLoop()
-	}
-	r.mu.Unlock()
+// after the call. With anyListing, a listing on its way that names every
+// topic of topics serves too (it started before the call): what a replay's
+// first pass needs, as its last pass reads on from these ends to a listing
+// made after its subscriptions went live.
+func (r *reads) endOffsets(ctx context.Context, topics []string, anyListing bool) (map[tp]int64, error) {
+	round := r.joinEnds(topics, anyListing)
 	select {
 	case <-round.done:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	return round.endsOf(topics)
+}
+
+// joinEnds returns the listing that answers endOffsets(topics, anyListing),
+// started or to be started.
+func (r *reads) joinEnds(topics []string, anyListing bool) *endsRound {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	round := r.curEnds
+	if !anyListing || round == nil || !round.names(topics) {
+		if r.nextEnds == nil {
+			r.nextEnds = &endsRound{topics: map[string]bool{}, done: make(chan struct{})}
+		}
+		round = r.nextEnds
+		for _, t := range topics {
+			round.topics[t] = true
+		}
+	}
+	if !r.listing {
+		r.listing = true
+		go r.endsLoop()
+	}
+	return round
+}
+
+// endsOf is what a done round says of topics.
+func (round *endsRound) endsOf(topics []string) (map[tp]int64, error) {
 	if round.err != nil {
 		return nil, round.err
 	}
@@ -133,11 +155,22 @@ func (r *reads) endOffsets(ctx context.Context, topics []string) (map[tp]int64, 
 	return out, nil
 }
 
+// names reports whether the round lists every topic of topics (its topics
+// are fixed once it is on its way).
+func (e *endsRound) names(topics []string) bool {
+	for _, t := range topics {
+		if !e.topics[t] {
+			return false
+		}
+	}
+	return true
+}
+
 func (r *reads) endsLoop() {
 	for {
 		r.mu.Lock()
 		round := r.nextEnds
-		r.nextEnds = nil
+		r.nextEnds, r.curEnds = nil, round
 		if round == nil {
 			r.listing = false
 			r.mu.Unlock()
@@ -149,7 +182,7 @@ func (r *reads) endsLoop() {
 			topics = append(topics, t)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		round.ends, round.err = r.adm.ListEndOffsets(ctx, topics...)
+		round.ends, round.err = r.listEnds(ctx, topics...)
 		cancel()
 		close(round.done)
 	}

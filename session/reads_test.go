@@ -84,7 +84,7 @@ func sharedFetches(t *testing.T, brokers []string, fetches *atomic.Int64) {
 	}
 	r := newReads(cl)
 	k := tp{topic, 0}
-	ends, err := r.endOffsets(ctx, []string{topic})
+	ends, err := r.endOffsets(ctx, []string{topic}, false)
 	if err != nil || ends[k] != n {
 		t.Fatalf("end offsets %v (%v), want %d", ends, err, n)
 	}
@@ -257,5 +257,62 @@ func TestOffsetsAfterKeepsAnswers(t *testing.T) {
 	}
 	if n := lists.Load() - before; n != 1 {
 		t.Errorf("a time with no record yet asked again: %d ListOffsets requests, want 1", n)
+	}
+}
+
+// TestEndOffsetsFirstPassJoinsListingOnItsWay: a first pass (anyListing)
+// takes the end offsets of a listing already on its way that names its
+// topics; a last pass waits for a listing that starts after its call.
+func TestEndOffsetsFirstPassJoinsListingOnItsWay(t *testing.T) {
+	started := make(chan int, 4)
+	release := []chan struct{}{make(chan struct{}), make(chan struct{}), make(chan struct{})}
+	close(release[2])
+	calls := 0
+	r := &reads{listEnds: func(_ context.Context, topics ...string) (kadm.ListedOffsets, error) {
+		i := calls // one listing at a time (endsLoop)
+		calls++
+		started <- i
+		<-release[i]
+		out := kadm.ListedOffsets{}
+		for _, topic := range topics {
+			out[topic] = map[int32]kadm.ListedOffset{0: {Topic: topic, Partition: 0, Offset: int64(10 * (i + 1))}}
+		}
+		return out, nil
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	first := r.joinEnds([]string{"t"}, false)
+	if i := <-started; i != 0 {
+		t.Fatalf("listing %d started first", i)
+	}
+	joined := r.joinEnds([]string{"t"}, true)     // the first listing, on its way, names "t"
+	other := r.joinEnds([]string{"t", "u"}, true) // it does not name "u"
+	last := r.joinEnds([]string{"t"}, false)      // needs a listing that starts after it
+	if joined != first {
+		t.Fatal("a first pass did not join the listing on its way")
+	}
+	if last == first || other == first {
+		t.Fatal("a last pass, or a first pass for a topic it does not list, joined the listing on its way")
+	}
+	close(release[0])
+	if i := <-started; i != 1 {
+		t.Fatalf("listing %d started second", i)
+	}
+	close(release[1])
+	for _, c := range []struct {
+		round *endsRound
+		want  int64
+	}{{joined, 10}, {last, 20}} {
+		select {
+		case <-c.round.done:
+		case <-ctx.Done():
+			t.Fatal("no answer within 10 s")
+		}
+		if ends, err := c.round.endsOf([]string{"t"}); err != nil || ends[tp{"t", 0}] != c.want {
+			t.Fatalf("got %v (%v), want end %d", ends, err, c.want)
+		}
+	}
+	if ends, err := r.endOffsets(ctx, []string{"t"}, true); err != nil || ends[tp{"t", 0}] == 0 {
+		t.Fatalf("endOffsets: %v (%v)", ends, err)
 	}
 }

@@ -255,7 +255,10 @@ func (rs *replayRun) pass(ctx context.Context, from map[tp]int64) (map[tp]int64,
 	}
 	listedAt := time.Now()
 	rs.listingTopics += listedAt.Sub(t0)
-	ends, err := rs.r.reads.endOffsets(ctx, topics)
+	// The first pass takes a listing on its way (the last pass reads on
+	// from its ends); the last pass one listed after its subscriptions
+	// went live.
+	ends, err := rs.r.reads.endOffsets(ctx, topics, from == nil)
 	rs.listingEnds += time.Since(listedAt)
 	if err != nil {
 		return nil, fmt.Errorf("list end offsets: %w", err)
