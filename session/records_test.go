@@ -40,3 +40,25 @@ func TestCompactJSON(t *testing.T) {
 		t.Logf("%s: %d bytes, compact %d: %s", name, len(full), len(small), small)
 	}
 }
+
+// TestPropsJSON: a CONNECT's properties go into the record as compactJSON
+// of their encoding; none (an MQTT 3.1.1 client's) cost no encoding at all.
+func TestPropsJSON(t *testing.T) {
+	if got := propsJSON(packets.Properties{}); got != nil {
+		t.Fatalf("no properties: %s, want nothing", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { propsJSON(packets.Properties{}) }); n != 0 {
+		t.Fatalf("no properties: %.0f allocations, want none (encoded anyway)", n)
+	}
+	for _, p := range []packets.Properties{
+		{SessionExpiryInterval: 300, SessionExpiryIntervalFlag: true},
+		{User: []packets.UserProperty{{Key: "k", Val: "v"}}},
+		{ReceiveMaximum: 10, TopicAliasMaximum: 5, RequestProblemInfoFlag: true},
+		{AuthenticationMethod: "x", AuthenticationData: []byte{1}},
+	} {
+		b, _ := json.Marshal(p.Copy(false))
+		if got, want := propsJSON(p), compactJSON(b); string(got) != string(want) {
+			t.Errorf("%+v: %s, want %s", p, got, want)
+		}
+	}
+}

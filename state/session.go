@@ -121,8 +121,13 @@ func decodeVersioned(b []byte, v any, version *int, client *string) error {
 	if err := json.Unmarshal(b, v); err != nil {
 		return fmt.Errorf("state: decode session: %w", err)
 	}
-	if *version != sessionVersion {
-		return fmt.Errorf("state: session %q has version %d, this build reads %d", *client, *version, sessionVersion)
+	return checkVersion(*version, *client)
+}
+
+// checkVersion refuses a record shape this build does not read.
+func checkVersion(version int, client string) error {
+	if version != sessionVersion {
+		return fmt.Errorf("state: session %q has version %d, this build reads %d", client, version, sessionVersion)
 	}
 	return nil
 }
@@ -151,7 +156,12 @@ type sessionHead struct {
 // and subscriptions) was a tenth of an instance's CPU in a reconnect storm.
 func DecodeSessionHead(b []byte) (*Session, error) {
 	var h sessionHead
-	if err := decodeVersioned(b, &h, &h.Version, &h.Client); err != nil {
+	if !scanHead(b, &h) {
+		h = sessionHead{}
+		if err := decodeVersioned(b, &h, &h.Version, &h.Client); err != nil {
+			return nil, err
+		}
+	} else if err := checkVersion(h.Version, h.Client); err != nil {
 		return nil, err
 	}
 	return &Session{Version: h.Version, Client: h.Client, Owner: h.Owner, Epoch: h.Epoch, Connected: h.Connected,

@@ -82,3 +82,73 @@ func BenchmarkDecodeSession(b *testing.B) {
 		})
 	}
 }
+
+// headByJSON is DecodeSessionHead by encoding/json alone (what it was
+// before scanHead).
+func headByJSON(b []byte) (*Session, error) {
+	var h sessionHead
+	if err := decodeVersioned(b, &h, &h.Version, &h.Client); err != nil {
+		return nil, err
+	}
+	return &Session{Version: h.Version, Client: h.Client, Owner: h.Owner, Epoch: h.Epoch, Connected: h.Connected,
+		Disconnected: h.Disconnected, Clean: h.Clean, Expiry: h.Expiry, WillBy: h.WillBy}, nil
+}
+
+// headSeeds are records Encode writes, and JSON that is not quite theirs.
+func headSeeds(f interface{ Add(...any) }) {
+	full, _ := fullSession().Encode()
+	f.Add(full)
+	bare, _ := (&Session{Client: "c", Owner: "o", Epoch: 1, Connected: true, Expiry: 4294967295}).Encode()
+	f.Add(bare)
+	for _, s := range []string{
+		`{"v":1,"client":"a\"b","owner":"x"}`, `{"v":1,"Owner":"X","owner":"y"}`, `{"v":1,"owner":"y","owner":"z"}`,
+		`{"v":1,"epoch":1.5}`, `{"v":1,"epoch":-3,"expiry":4294967296}`, `{"v":1,"connected":null}`,
+		`{"v":1,"client":"é\u00e9"}`, "{\"v\":1,\"client\":\"\xff\"}", ` { "v" : 1 , "subs" : [ {"filter":"]}\"" } ] } `,
+		`{"v":1,"props":{"a":[1,{"b":"}"}]},"will_by":"w"}`, `{"v":2}`, `{}`, `[]`, `{"v":1}x`, `{"v":01}`,
+	} {
+		f.Add([]byte(s))
+	}
+}
+
+// TestDecodeSessionHeadAsJSON: the head of every seed is what
+// encoding/json reads of it (or both refuse it).
+func TestDecodeSessionHeadAsJSON(t *testing.T) {
+	var seeds [][]byte
+	headSeeds(addFunc(func(v ...any) { seeds = append(seeds, v[0].([]byte)) }))
+	for _, b := range seeds {
+		checkHeadAsJSON(t, b)
+	}
+	// A head member's number is read as JSON has it (strconv alone would
+	// take these).
+	for _, b := range []string{`{"v":01}`, `{"v":+1}`, `{"v":1,"epoch":01}`, `{"v":1,"expiry":+7}`} {
+		if _, err := DecodeSessionHead([]byte(b)); err == nil {
+			t.Errorf("%s: decoded", b)
+		}
+	}
+}
+
+type addFunc func(...any)
+
+func (f addFunc) Add(v ...any) { f(v...) }
+
+func checkHeadAsJSON(t *testing.T, b []byte) {
+	t.Helper()
+	got, gerr := DecodeSessionHead(b)
+	want, werr := headByJSON(b)
+	if (gerr == nil) != (werr == nil) {
+		if gerr == nil && !json.Valid(b) {
+			return // a member scanHead steps over is not checked
+		}
+		t.Fatalf("%q: error %v, encoding/json %v", b, gerr, werr)
+	}
+	if gerr == nil && !reflect.DeepEqual(got, want) {
+		t.Fatalf("%q:\n got %+v\nwant %+v", b, *got, *want)
+	}
+}
+
+// FuzzScanHead: wherever DecodeSessionHead answers for valid JSON,
+// encoding/json answers the same (go test -fuzz FuzzScanHead ./state/).
+func FuzzScanHead(f *testing.F) {
+	headSeeds(f)
+	f.Fuzz(checkHeadAsJSON)
+}
