@@ -5,10 +5,13 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/ferry-bridge/ferry/internal/lz4frame"
 )
 
 // The producer encodes each partition's records itself, as one Kafka record
@@ -63,7 +66,7 @@ func encodeBatch(dst []byte, recs []*Record, codec kafka.Compression, now time.T
 		dst = appendRecords(dst, recs, first, nowMs)
 	} else {
 		out := bytes.NewBuffer(dst)
-		w, ok := compressor(codec, out)
+		w, ok := compressWriter(codec, out)
 		if !ok {
 			return dst[:start], fmt.Errorf("compression %v: no codec", codec)
 		}
@@ -92,6 +95,20 @@ func encodeBatch(dst []byte, recs []*Record, codec kafka.Compression, now time.T
 	binary.BigEndian.PutUint32(h[batchCountAt:], uint32(len(recs)))
 	binary.BigEndian.PutUint32(h[batchCRCAt:], crc32.Checksum(h[batchAttrsAt:], castagnoli))
 	return dst, nil
+}
+
+// compressWriter is the writer that compresses a batch's records with
+// codec into out: Ferry's own lz4 frames (package lz4frame), kafka-go's
+// writers for the others.
+func compressWriter(codec kafka.Compression, out io.Writer) (io.WriteCloser, bool) {
+	if codec == kafka.Lz4 {
+		return lz4frame.NewWriter(out), true
+	}
+	c := codec.Codec()
+	if c == nil {
+		return nil, false
+	}
+	return c.NewWriter(out), true
 }
 
 // scratchPool holds the uncompressed records of a batch being compressed.

@@ -224,7 +224,7 @@ func BenchmarkEncodeBatch(b *testing.B) {
 }
 
 // An lz4 batch is one frame of 64 KiB blocks without a content checksum
-// (the Java producer's shape; see lz4.go): a reader sizes its buffer by the
+// (the Java producer's shape; package lz4frame): a reader sizes its buffer by the
 // frame's block size, and Kafka does not check the content checksum. A
 // batch larger than a block is several blocks of one frame, and reads back
 // (TestBatchCompressedRoundTrip reads smaller ones).
@@ -279,7 +279,7 @@ func TestLZ4BatchFrameIs64KiBBlocksWithoutChecksum(t *testing.T) {
 }
 
 // BenchmarkEncodeBatchLZ4: 400 records of Ferry's default shape compressed
-// with Ferry's lz4 writer (lz4.go), and, for comparison, with kafka-go's
+// with Ferry's lz4 writer (package lz4frame), and, for comparison, with kafka-go's
 // codec (4 MiB blocks, content checksum).
 func BenchmarkEncodeBatchLZ4(b *testing.B) {
 	recs := make([]*Record, 400)
@@ -307,7 +307,7 @@ func BenchmarkEncodeBatchLZ4(b *testing.B) {
 		name string
 		w    func(io.Writer) io.WriteCloser
 	}{
-		{"ferry-writer", func(out io.Writer) io.WriteCloser { w, _ := compressor(kafka.Lz4, out); return w }},
+		{"ferry-writer", func(out io.Writer) io.WriteCloser { w, _ := compressWriter(kafka.Lz4, out); return w }},
 		{"kafka-go-codec", kafka.Lz4.Codec().NewWriter},
 	} {
 		b.Run(c.name, func(b *testing.B) {

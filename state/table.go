@@ -13,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-bridge/ferry/internal/lz4frame"
 )
 
 // TableConfig configures a Table.
@@ -174,13 +176,15 @@ func Open(cfg TableConfig, log *slog.Logger, watch func(Change)) (*Table, error)
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.ProducerLinger(0),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-		// lz4, not franz-go's default snappy: Kafka checks a compressed
-		// batch by decompressing it, and its snappy reader allocates fresh
-		// buffers for every batch (its lz4 reader reuses the request
-		// thread's). A reconnect storm writes a claim per session: with
-		// snappy a third of what Kafka allocated in the storm, its heap
-		// full and its G1 in full collections (docs/sessions.md).
-		kgo.ProducerBatchCompression(kgo.Lz4Compression(), kgo.NoCompression()),
+		// lz4 frames of 64 KiB blocks (package lz4frame), not franz-go's
+		// default snappy: Kafka checks a compressed batch by decompressing
+		// it, and its snappy reader allocates fresh buffers for every batch
+		// (its lz4 reader reuses the request thread's). A reconnect storm
+		// writes a claim per session: with snappy a third of what Kafka
+		// allocated in the storm, its heap full and its G1 in full
+		// collections (docs/sessions.md). A table's readers size their
+		// buffers by the frame's blocks.
+		kgo.WithCompressor(lz4frame.Compressor{}),
 		kgo.RecordDeliveryTimeout(cfg.WriteTimeout),
 		kgo.FetchMaxWait(time.Second),
 		kgo.MetadataMinAge(250 * time.Millisecond),

@@ -329,10 +329,29 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// The table's writes are lz4 batches: Kafka's snappy reader allocates per
-// batch when it checks one (see Open).
+// The table's writes are lz4 batches of 64 KiB-block frames: Kafka's
+// snappy reader allocates per batch when it checks one, and a frame's
+// reader allocates its block size (see Open).
 func TestTableWritesLZ4Batches(t *testing.T) {
-	brokers := newCluster(t)
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	brokers := c.ListenAddrs()
+	// The frames the table sends: a v2 batch's records start 61 bytes in.
+	var frames sync.Map // the BD byte of each frame -> true
+	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		for _, rt := range req.(*kmsg.ProduceRequest).Topics {
+			for _, rp := range rt.Partitions {
+				if b := rp.Records; len(b) > 61+6 && b[22]&7 == 3 {
+					frames.Store(b[61+5], true)
+				}
+			}
+		}
+		return nil, nil, false
+	})
 	a := openTable(t, brokers, nil)
 	// A value that compresses (franz-go sends a batch that does not
 	// uncompressed).
@@ -359,6 +378,17 @@ func TestTableWritesLZ4Batches(t *testing.T) {
 			}
 			if c := r.Attrs.CompressionType(); c != 3 {
 				t.Fatalf("the table's record came in a batch of compression type %d, want 3 (lz4)", c)
+			}
+			n := 0
+			frames.Range(func(bd, _ any) bool {
+				if size := bd.(byte) >> 4 & 7; size != 4 {
+					t.Errorf("an lz4 frame of block size index %d, want 4 (64 KiB)", size)
+				}
+				n++
+				return true
+			})
+			if n == 0 {
+				t.Error("no lz4 frame seen in the table's produce requests")
 			}
 			return
 		}
