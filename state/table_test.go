@@ -12,6 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-bridge/ferry/internal/lz4frame"
 )
 
 func newCluster(t *testing.T) []string {
@@ -340,13 +342,17 @@ func TestTableWritesLZ4Batches(t *testing.T) {
 	t.Cleanup(c.Close)
 	brokers := c.ListenAddrs()
 	// The frames the table sends: a v2 batch's records start 61 bytes in.
-	var frames sync.Map // the BD byte of each frame -> true
+	var frames sync.Map // the block size of each frame, 0 for a checksum -> true
 	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		for _, rt := range req.(*kmsg.ProduceRequest).Topics {
 			for _, rp := range rt.Partitions {
-				if b := rp.Records; len(b) > 61+6 && b[22]&7 == 3 {
-					frames.Store(b[61+5], true)
+				if b := rp.Records; len(b) > 61 && b[22]&7 == 3 {
+					size, sum, _ := lz4frame.Descriptor(b[61:])
+					if sum {
+						size = 0
+					}
+					frames.Store(size, true)
 				}
 			}
 		}
@@ -380,9 +386,9 @@ func TestTableWritesLZ4Batches(t *testing.T) {
 				t.Fatalf("the table's record came in a batch of compression type %d, want 3 (lz4)", c)
 			}
 			n := 0
-			frames.Range(func(bd, _ any) bool {
-				if size := bd.(byte) >> 4 & 7; size != 4 {
-					t.Errorf("an lz4 frame of block size index %d, want 4 (64 KiB)", size)
+			frames.Range(func(size, _ any) bool {
+				if size != lz4frame.BlockSize {
+					t.Errorf("an lz4 frame of %d-byte blocks (0: with a content checksum), want 64 KiB", size)
 				}
 				n++
 				return true

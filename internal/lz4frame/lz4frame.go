@@ -22,6 +22,8 @@ package lz4frame
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
 	"io"
 	"sync"
 
@@ -69,4 +71,21 @@ func (Compressor) Compress(dst *bytes.Buffer, src []byte, _ ...kgo.CompressFlag)
 		return src, kgo.CodecNone
 	}
 	return dst.Bytes(), kgo.CodecLz4
+}
+
+// BlockSize is the block size of the frames NewWriter writes.
+const BlockSize = 64 << 10
+
+// Descriptor reads the descriptor of the lz4 frame that frame starts with:
+// its block size and whether it carries a content checksum.
+func Descriptor(frame []byte) (blockSize int, contentChecksum bool, err error) {
+	if len(frame) < 6 || binary.LittleEndian.Uint32(frame) != 0x184D2204 {
+		return 0, false, errors.New("lz4frame: not an lz4 frame")
+	}
+	flg, bd := frame[4], frame[5]
+	idx := bd >> 4 & 7
+	if idx < 4 {
+		return 0, false, errors.New("lz4frame: reserved block size")
+	}
+	return 1 << (8 + 2*idx), flg&0x04 != 0, nil
 }

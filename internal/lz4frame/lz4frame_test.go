@@ -2,7 +2,6 @@ package lz4frame
 
 import (
 	"bytes"
-	"encoding/binary"
 	"io"
 	"math/rand/v2"
 	"testing"
@@ -11,19 +10,28 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// CheckFrame fails unless frame starts an lz4 frame of 64 KiB blocks
+// checkFrame fails unless frame starts an lz4 frame of 64 KiB blocks
 // without a content checksum.
 func checkFrame(t *testing.T, frame []byte) {
 	t.Helper()
-	if magic := binary.LittleEndian.Uint32(frame); magic != 0x184D2204 {
-		t.Fatalf("frame magic %#x, want an lz4 frame", magic)
+	size, sum, err := Descriptor(frame)
+	if err != nil || size != BlockSize || sum {
+		t.Fatalf("frame of %d-byte blocks, content checksum %v (%v); want 64 KiB blocks, no checksum", size, sum, err)
 	}
-	flg, bd := frame[4], frame[5]
-	if flg&0x04 != 0 {
-		t.Fatalf("FLG %#x: content checksum set", flg)
+}
+
+// TestDescriptorReadsPierrecFrames: the descriptor of pierrec/lz4's default
+// frame (what kafka-go and franz-go write) says 4 MiB and a checksum.
+func TestDescriptorReadsPierrecFrames(t *testing.T) {
+	var out bytes.Buffer
+	w := lz4.NewWriter(&out)
+	w.Write([]byte("hello"))
+	w.Close()
+	if size, sum, err := Descriptor(out.Bytes()); err != nil || size != 4<<20 || !sum {
+		t.Fatalf("pierrec's default frame: %d, %v, %v", size, sum, err)
 	}
-	if size := bd >> 4 & 7; size != 4 {
-		t.Fatalf("BD %#x: block max size index %d, want 4 (64 KiB)", bd, size)
+	if _, _, err := Descriptor([]byte("not a frame")); err == nil {
+		t.Fatal("no error for what is not a frame")
 	}
 }
 
