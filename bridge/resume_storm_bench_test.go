@@ -18,9 +18,8 @@ import (
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferry-bridge/ferry/internal/kafkaclient"
 	"github.com/ferry-bridge/ferry/internal/kafkatest"
 )
 
@@ -83,7 +82,11 @@ func resumeStorm(b *testing.B, brokers string, n int) {
 	}
 	// The run's topics go at the end: a Kafka that has collected thousands
 	// lists them slower, and every replay's last pass takes a listing.
-	defer deleteTopicsPrefixed(b, brokers, "rs"+run+"_", stateEnvTopics(b)...)
+	defer func() {
+		if err := kafkaclient.DeleteTopicsPrefixed(context.Background(), strings.Split(brokers, ","), "rs"+run+"_", stateEnvTopics(b)...); err != nil {
+			b.Errorf("delete the run's topics: %v", err)
+		}
+	}()
 	groups := (n + stormGroup - 1) / stormGroup
 	id := func(i int) string { return fmt.Sprintf("rs%s-%d", run, i) }
 	topic := func(g int) string { return fmt.Sprintf("rs%s/g%d/m", run, g) }
@@ -156,7 +159,7 @@ func resumeStorm(b *testing.B, brokers string, n int) {
 	kpid := localKafkaPID()
 	cpu0 := [4]float64{procCPU(b, inst[1].pid()), procCPU(b, inst[2].pid()), procCPU(b, os.Getpid()), kafkaCPU(b, kpid)}
 	busy0, all0 := machineCPU(b)
-	stopJFR := kafkaJFR(b)
+	stopJFR := kafkaJFR(b, kpid)
 	b.StartTimer()
 	start := time.Now()
 	close(gate)
@@ -218,39 +221,6 @@ func stateEnvTopics(tb testing.TB) []string {
 	return out
 }
 
-// deleteTopicsPrefixed deletes the topics whose names start with prefix,
-// and the topics named also.
-func deleteTopicsPrefixed(tb testing.TB, brokers, prefix string, also ...string) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...))
-	if err != nil {
-		tb.Errorf("delete topics: %v", err)
-		return
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	topics, err := adm.ListTopics(ctx)
-	if err != nil {
-		tb.Errorf("delete topics: %v", err)
-		return
-	}
-	del := also
-	for _, t := range topics.Names() {
-		if strings.HasPrefix(t, prefix) {
-			del = append(del, t)
-		}
-	}
-	for len(del) > 0 {
-		batch := del[:min(len(del), 500)]
-		del = del[len(batch):]
-		if _, err := adm.DeleteTopics(ctx, batch...); err != nil {
-			tb.Errorf("delete %d topics: %v", len(batch), err)
-			return
-		}
-	}
-}
-
 // localKafkaPID is the pid of the one kafka.Kafka process on this machine
 // (scripts/kafka.sh's broker), or 0.
 func localKafkaPID() int {
@@ -275,16 +245,15 @@ func kafkaCPU(b *testing.B, pid int) float64 {
 }
 
 // kafkaJFR starts a JDK Flight Recorder CPU profile of the local Kafka
-// broker (the one kafka.Kafka process) when FERRY_BENCH_KAFKA_JFR names a
+// broker (pid, the one kafka.Kafka process) when FERRY_BENCH_KAFKA_JFR names a
 // file, and returns what stops it: the storm's share of Kafka's CPU, without
 // the sessions' setup (summed by scripts/kafka-profile.sh's way: jfr print
 // --events jdk.ExecutionSample FILE).
-func kafkaJFR(b *testing.B) func() {
+func kafkaJFR(b *testing.B, pid int) func() {
 	file := os.Getenv("FERRY_BENCH_KAFKA_JFR")
 	if file == "" {
 		return func() {}
 	}
-	pid := localKafkaPID()
 	if pid == 0 {
 		b.Fatal("FERRY_BENCH_KAFKA_JFR: not one kafka.Kafka process on this machine")
 	}

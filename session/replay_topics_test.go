@@ -210,8 +210,10 @@ func TestTopicListerServesFromCacheDuringAListing(t *testing.T) {
 		}
 		last <- names
 	}()
-	for calls.Load() < 2 {
-		time.Sleep(time.Millisecond) // the last pass's listing is on its way
+	for deadline := time.Now().Add(5 * time.Second); calls.Load() < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the last pass's listing did not start within 5 s")
+		}
 	}
 	served := make(chan error, 1)
 	go func() {

@@ -61,11 +61,11 @@ func scanHead(b []byte, h *sessionHead) (ok bool) {
 				h.Disconnected = n
 			}
 		case "expiry":
-			start := s.i
-			if !s.skipScalar() || !plainInt(s.b[start:s.i]) {
+			tok, ok := s.intToken()
+			if !ok {
 				return false
 			}
-			n, err := strconv.ParseUint(string(s.b[start:s.i]), 10, 32)
+			n, err := strconv.ParseUint(string(tok), 10, 32) // refuses "-0" as encoding/json does
 			if err != nil {
 				return false
 			}
@@ -186,12 +186,21 @@ func (s *headScanner) plainString() (string, bool) {
 
 // integer reads a plain integer (an optional minus, digits) of bits bits.
 func (s *headScanner) integer(bits int) (int64, bool) {
-	start := s.i
-	if !s.skipScalar() || !plainInt(s.b[start:s.i]) {
+	tok, ok := s.intToken()
+	if !ok {
 		return 0, false
 	}
-	n, err := strconv.ParseInt(string(s.b[start:s.i]), 10, bits)
+	n, err := strconv.ParseInt(string(tok), 10, bits)
 	return n, err == nil
+}
+
+// intToken steps over a scalar and returns it if it is a JSON integer.
+func (s *headScanner) intToken() ([]byte, bool) {
+	start := s.i
+	if !s.skipScalar() || !plainInt(s.b[start:s.i]) {
+		return nil, false
+	}
+	return s.b[start:s.i], true
 }
 
 // plainInt reports whether tok is a JSON integer: an optional minus, then

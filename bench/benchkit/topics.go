@@ -12,6 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferry-bridge/ferry/internal/kafkaclient"
 )
 
 // runTopics creates one-partition LogAppendTime topics (as Ferry creates
@@ -59,35 +61,5 @@ func deleteTopics(ctx context.Context, brokers []string, prefix string) error {
 	if len(prefix) < 8 {
 		return fmt.Errorf("%w: delete-prefix %q is too short to be one run's own", errUsage, prefix)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		return fmt.Errorf("kafka client: %w", err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	adm := kadm.NewClient(cl)
-	names, err := adm.ListTopics(ctx)
-	if err != nil {
-		return fmt.Errorf("list topics: %w", err)
-	}
-	var del []string
-	for _, n := range names.Names() {
-		if strings.HasPrefix(n, prefix) {
-			del = append(del, n)
-		}
-	}
-	if len(del) == 0 {
-		return nil
-	}
-	resp, err := adm.DeleteTopics(ctx, del...)
-	if err != nil {
-		return fmt.Errorf("delete topics: %w", err)
-	}
-	for _, r := range resp.Sorted() {
-		if r.Err != nil && !errors.Is(r.Err, kerr.UnknownTopicOrPartition) {
-			err = errors.Join(err, fmt.Errorf("delete topic %s: %w", r.Topic, r.Err))
-		}
-	}
-	return err
+	return kafkaclient.DeleteTopicsPrefixed(ctx, brokers, prefix)
 }

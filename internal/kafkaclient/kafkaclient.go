@@ -1,13 +1,20 @@
 // Package kafkaclient holds what the bridge, the reverse consumer and the
 // test helpers share about Kafka clients: closing a segmentio/kafka-go
-// client's transport, and a slog adapter for franz-go's logger.
+// client's transport, a slog adapter for franz-go's logger, and deleting a
+// benchmark run's topics.
 package kafkaclient
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
+	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -49,4 +56,41 @@ func (l KgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 	default:
 		l.Logger.Debug(msg, keyvals...)
 	}
+}
+
+// DeleteTopicsPrefixed deletes every topic whose name starts with prefix,
+// and the topics named in also (a benchmark run's own, at its end); a topic
+// already gone is no error.
+func DeleteTopicsPrefixed(ctx context.Context, brokers []string, prefix string, also ...string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	names, err := adm.ListTopics(ctx)
+	if err != nil {
+		return fmt.Errorf("list topics: %w", err)
+	}
+	del := append([]string(nil), also...)
+	for _, n := range names.Names() {
+		if strings.HasPrefix(n, prefix) {
+			del = append(del, n)
+		}
+	}
+	if len(del) == 0 {
+		return nil
+	}
+	resp, err := adm.DeleteTopics(ctx, del...)
+	if err != nil {
+		return fmt.Errorf("delete topics: %w", err)
+	}
+	for _, r := range resp.Sorted() {
+		if r.Err != nil && !errors.Is(r.Err, kerr.UnknownTopicOrPartition) {
+			err = errors.Join(err, fmt.Errorf("delete topic %s: %w", r.Topic, r.Err))
+		}
+	}
+	return err
 }
