@@ -74,16 +74,49 @@ type ackQueue struct {
 
 // pending is one QoS 1/2 publish waiting for its acknowledgement.
 type pending struct {
-	id    uint16
-	qos   byte
-	topic string
-	local *packets.Packet // QoS 1, for local delivery; nil when nobody subscribes
-	floor bool            // QoS 1: holds session.ReverseProgress until delivered locally (LocalAcked)
-	coord session.Coord   // where Kafka appended it (set before done on success)
-	slot  bool            // holds a slot of ackQueue.slots
-	turn  chan error      // QoS 2: receives the outcome when its turn has come
-	done  bool
-	err   error
+	id      uint16
+	qos     byte
+	topic   string
+	local   localMsg      // QoS 1: what its local delivery needs of the packet
+	deliver bool          // QoS 1: delivered here once acknowledged (decided with Kafka's acknowledgement)
+	floor   bool          // QoS 1: holds session.ReverseProgress until delivered locally (LocalAcked)
+	coord   session.Coord // where Kafka appended it (set before done on success)
+	slot    bool          // holds a slot of ackQueue.slots
+	turn    chan error    // QoS 2: receives the outcome when its turn has come
+	done    bool
+	err     error
+}
+
+// localMsg is what a QoS 1 publish's local delivery needs of its packet
+// (mochi's, gone once OnPublish returns; its topic is pending.topic). It
+// is kept for every publish, a few words: whether anyone here receives it
+// is decided when Kafka has acknowledged it (hook.publishQoS1).
+type localMsg struct {
+	fh              packets.FixedHeader
+	mods            packets.Mods
+	payload         []byte
+	created, expiry int64
+	props           *packets.Properties // an MQTT 5 publisher's; nil for 3.1.1
+}
+
+// keepLocal keeps of cl's publish pk what its local delivery needs.
+func keepLocal(cl *mqtt.Client, pk *packets.Packet) localMsg {
+	m := localMsg{fh: pk.FixedHeader, mods: pk.Mods, payload: pk.Payload, created: pk.Created, expiry: pk.Expiry}
+	if cl.Properties.ProtocolVersion == 5 {
+		props := pk.Properties
+		m.props = &props
+	}
+	return m
+}
+
+// packet is the publish to deliver locally.
+func (p *pending) packet() packets.Packet {
+	pk := packets.Packet{FixedHeader: p.local.fh, Mods: p.local.mods, TopicName: p.topic, Payload: p.local.payload,
+		Created: p.local.created, Expiry: p.local.expiry}
+	if p.local.props != nil {
+		pk.Properties = *p.local.props
+	}
+	return pk
 }
 
 func newAckQueue(h *hook, cl *mqtt.Client) *ackQueue {
@@ -123,16 +156,16 @@ func (q *ackQueue) qos2Done() {
 
 // add appends a publish to the queue. It runs on the client's read
 // goroutine, so entries are in PUBLISH order.
-func (q *ackQueue) add(pk *packets.Packet, local *packets.Packet) *pending {
+func (q *ackQueue) add(pk *packets.Packet) *pending {
 	p := &pending{}
-	q.enqueue(p, pk, local)
+	q.enqueue(p, pk)
 	return p
 }
 
 // enqueue is add for a pending the caller allocated (a QoS 1 publish's is
 // part of its record: fwdRecord); p's other fields are set before.
-func (q *ackQueue) enqueue(p *pending, pk *packets.Packet, local *packets.Packet) {
-	p.id, p.qos, p.topic, p.local = pk.PacketID, pk.FixedHeader.Qos, pk.TopicName, local
+func (q *ackQueue) enqueue(p *pending, pk *packets.Packet) {
+	p.id, p.qos, p.topic = pk.PacketID, pk.FixedHeader.Qos, pk.TopicName
 	q.mu.Lock()
 	q.queue = append(q.queue, p)
 	q.mu.Unlock()
@@ -141,7 +174,7 @@ func (q *ackQueue) enqueue(p *pending, pk *packets.Packet, local *packets.Packet
 // refuse queues a refusal known at once; it leaves after the
 // acknowledgements of every earlier publish.
 func (q *ackQueue) refuse(pk *packets.Packet, err error) {
-	q.complete(q.add(pk, nil), err)
+	q.complete(q.add(pk), err)
 }
 
 // complete settles p. The first completion that makes the head of the queue
@@ -205,8 +238,8 @@ func (q *ackQueue) write(batch []*pending, viaMochi bool) {
 		q.uncount(p)
 	}
 	for _, p := range batch {
-		if p.err == nil && p.local != nil {
-			q.h.deliverLocal(q.cl, p.local, p.coord)
+		if p.err == nil && p.deliver {
+			q.h.deliverLocal(q.cl, p.packet(), p.coord)
 		}
 		if p.floor {
 			q.h.progress.LocalDelivered(p.coord)

@@ -60,6 +60,9 @@ type Bridge struct {
 	// replaySlots is how many session replays run at once (0: session.MaxReplays);
 	// tests set it before Run.
 	replaySlots int
+	// wrapTransport, when set (tests, before Run), wraps the kafka-go
+	// transport the producer and the admin requests use.
+	wrapTransport func(kafka.RoundTripper) kafka.RoundTripper
 
 	brokers   []string
 	mqttAddrs map[string]string
@@ -205,6 +208,9 @@ func (b *Bridge) start(ctx context.Context) error {
 		return err
 	}
 	b.kclient = &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: b.cfg.Kafka.AckTimeout, Transport: transport}
+	if b.wrapTransport != nil {
+		b.kclient.Transport = b.wrapTransport(transport)
+	}
 	pcfg := b.cfg.Kafka.producerConfig()
 	pcfg.Embedded = b.embedded != nil
 	b.producer, err = producer.New(pcfg, b.log, b.kclient, b.ring, b.metrics.producer())

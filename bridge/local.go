@@ -39,20 +39,21 @@ func newLocalPublishers() *localPublishers {
 	return &localPublishers{free: make(chan *localPublisher, 64)}
 }
 
-func (h *hook) deliverLocal(from *mqtt.Client, pk *packets.Packet, c session.Coord) {
+// deliverLocal delivers out, its record acknowledged by Kafka at c, to this
+// broker's subscribers in the name of its publisher from.
+func (h *hook) deliverLocal(from *mqtt.Client, out packets.Packet, c session.Coord) {
 	lp := h.locals.get(h.server)
 	lp.cl.ID = from.ID
 	lp.cl.Properties.ProtocolVersion = from.Properties.ProtocolVersion
-	lp.created, lp.expiry = pk.Created, pk.Expiry
-	out := *pk
+	lp.created, lp.expiry = out.Created, out.Expiry
 	out.PacketID = 1 // must be set for QoS > 0; subscribers get their own
 	// The alias was resolved on the publisher's connection.
 	out.Properties.TopicAlias, out.Properties.TopicAliasFlag = 0, false
 	if h.inj != nil {
-		h.inj.Begin(lp.cl.ID, c, pk.TopicName) // positions of persistent subscribers
+		h.inj.Begin(lp.cl.ID, c, out.TopicName) // positions of persistent subscribers
 	}
 	if err := h.server.InjectPacket(lp.cl, out); err != nil {
-		h.log.Debug("local delivery", "topic", pk.TopicName, "err", err)
+		h.log.Debug("local delivery", "topic", out.TopicName, "err", err)
 	}
 	if h.inj != nil {
 		h.inj.End(lp.cl.ID)
