@@ -262,7 +262,9 @@ func (cl *Client) ParseConnect(lid string, pk packets.Packet) {
 func (cl *Client) refreshDeadline(keepalive uint16) {
 	var expiry time.Time // nil time can be used to disable deadline if keepalive = 0
 	if keepalive > 0 {
-		expiry = time.Now().Add(time.Duration(keepalive+(keepalive/2)) * time.Second) // [MQTT-3.1.2-22]
+		// Ferry (FERRY.md, change 5): 1.5 keepalives exactly; upstream's
+		// keepalive+keepalive/2 in whole seconds cut an odd keepalive short.
+		expiry = time.Now().Add(time.Duration(keepalive) * 3 * time.Second / 2) // [MQTT-3.1.2-22]
 	}
 
 	if cl.Net.Conn != nil {
