@@ -102,11 +102,20 @@ type localMsg struct {
 // keepLocal keeps of cl's publish pk what its local delivery needs.
 func keepLocal(cl *mqtt.Client, pk *packets.Packet) localMsg {
 	m := localMsg{fh: pk.FixedHeader, mods: pk.Mods, payload: pk.Payload, created: pk.Created, expiry: pk.Expiry}
-	if cl.Properties.ProtocolVersion == 5 {
+	if cl.Properties.ProtocolVersion == 5 && forwardsProps(&pk.Properties) {
 		props := pk.Properties
 		m.props = &props
 	}
 	return m
+}
+
+// forwardsProps reports whether a PUBLISH carries properties its
+// subscribers get [MQTT-3.3.2.3]: all but the Topic Alias (resolved on the
+// publisher's connection) and the Subscription Identifier (the server's,
+// per subscriber).
+func forwardsProps(p *packets.Properties) bool {
+	return p.PayloadFormatFlag || p.MessageExpiryInterval > 0 || p.ContentType != "" || p.ResponseTopic != "" ||
+		len(p.CorrelationData) > 0 || len(p.User) > 0
 }
 
 // packet is the publish to deliver locally.

@@ -397,8 +397,8 @@ func (h *hook) publishQoS1(q *ackQueue, pk packets.Packet, fr *fwdRecord) {
 		// arrived: a session resumed here meanwhile, whose replay listed
 		// the partition's end before this acknowledgement, gets it from
 		// neither path otherwise (TestResumeGetsAPublishKafkaAcknowledgedAfterItsReplay).
-		// Decided later, it may come twice (the replay read it: a copy,
-		// replay_copies.go); decided earlier, never.
+		// A session whose replay read it too gets the live delivery
+		// discarded as a copy (replay_copies.go).
 		if err == nil && h.mayDeliverLocally(p.local.fh.Retain) {
 			p.deliver = true
 			p.floor = h.progress.LocalAcked(p.coord)
