@@ -1,6 +1,7 @@
 package session
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -577,10 +578,10 @@ func answerFor(off, asked int64, f fetched) (fetched, bool) {
 	if off >= f.hwm {
 		return fetched{hwm: f.hwm, logStart: -1}, true
 	}
-	for i, rec := range f.recs {
-		if rec.Offset >= off {
-			return fetched{recs: f.recs[i:], hwm: f.hwm, logStart: -1}, true
-		}
+	// Offsets ascend in an answer: a storm's resumes each look their own
+	// session's record up in an answer of hundreds.
+	if i, _ := slices.BinarySearchFunc(f.recs, off, func(r *kgo.Record, o int64) int { return cmp.Compare(r.Offset, o) }); i < len(f.recs) {
+		return fetched{recs: f.recs[i:], hwm: f.hwm, logStart: -1}, true
 	}
 	// Nothing at or after off here. A fetch from off itself that came back
 	// empty below the high watermark still answers (a partition's last

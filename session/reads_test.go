@@ -35,6 +35,21 @@ func TestAnswerForCoversOnlyFromItsOffset(t *testing.T) {
 	if a, ok := answerFor(50, 43, f); !ok || len(a.recs) != 0 {
 		t.Errorf("a fetch from the high watermark: %v %v", a.recs, ok)
 	}
+	// Compaction leaves gaps: a fetch from an offset that is gone starts
+	// at the next record there is, wherever it is in the answer.
+	var gaps []*kgo.Record
+	for o := int64(100); o < 400; o += 3 {
+		gaps = append(gaps, &kgo.Record{Offset: o})
+	}
+	f = fetched{recs: gaps, hwm: 400, logStart: -1}
+	for _, c := range []struct{ off, first int64 }{{100, 100}, {101, 103}, {250, 250}, {251, 253}, {397, 397}} {
+		if a, ok := answerFor(c.off, 100, f); !ok || len(a.recs) == 0 || a.recs[0].Offset != c.first || a.recs[len(a.recs)-1].Offset != 397 {
+			t.Errorf("a fetch from %d: ok %v, %d records, want them from %d to 397", c.off, ok, len(a.recs), c.first)
+		}
+	}
+	if _, ok := answerFor(398, 100, f); ok {
+		t.Error("a fetch from 398 answered by records up to 397 (the high watermark is 400)")
+	}
 }
 
 // TestReadsShareFetches: 100 replays' fetches of one partition, each from

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ferry-bridge/ferry/internal/stack"
 	"log/slog"
 	"sort"
 	"strings"
@@ -98,6 +99,7 @@ const replayWindowV3 = 64
 // The caller has counted it in inj.replaying, before the client's first
 // packet is read.
 func (r *replayer) run(o *ownedSession, connected time.Time) {
+	stack.Grow() // its deliveries go deep
 	defer r.h.inj.replaying.Add(-1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -6,6 +6,7 @@
 package mqttconn
 
 import (
+	"github.com/ferry-bridge/ferry/internal/stack"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -31,6 +32,7 @@ type Listener struct {
 
 func (l *Listener) Serve(establish listeners.EstablishFn) {
 	l.Listener.Serve(func(id string, c net.Conn) error {
+		stack.Grow() // the connection's goroutine, before it goes deep
 		return establish(id, &Conn{Conn: c, timeout: l.Timeout})
 	})
 }

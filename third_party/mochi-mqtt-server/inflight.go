@@ -101,6 +101,29 @@ func (i *Inflight) GetAll(immediate bool) []packets.Packet {
 	return m
 }
 
+// expired returns the inflight packets Client.ClearExpiredInflights drops,
+// in GetAll's order (Ferry: it looked at a sorted copy of every inflight
+// packet of every client, every second, to find the few that expired).
+func (i *Inflight) expired(now, maximumExpiry int64) []packets.Packet {
+	i.RLock()
+	var m []packets.Packet
+	for _, tk := range i.internal {
+		expired := tk.ProtocolVersion == 5 && tk.Expiry > 0 && tk.Expiry < now // [MQTT-3.3.2-5]
+
+		// If the maximum message expiry interval is set (greater than 0), and the message
+		// retention period exceeds the maximum expiry, the message will be forcibly removed.
+		enforced := maximumExpiry > 0 && now-tk.Created > maximumExpiry
+		if expired || enforced {
+			m = append(m, tk)
+		}
+	}
+	i.RUnlock()
+	sort.Slice(m, func(i, j int) bool {
+		return uint16(m[i].Created) < uint16(m[j].Created)
+	})
+	return m
+}
+
 // NextImmediate returns the next inflight packet which is indicated to be sent immediately.
 // This typically occurs when the quota has been exhausted, and we need to wait until new quota
 // is free to continue sending.

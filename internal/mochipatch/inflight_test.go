@@ -1,0 +1,59 @@
+package mochipatch
+
+import (
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// TestClearExpiredInflightsCopiesOnlyTheExpired: the server's once-a-second
+// sweep of every client's inflight packets drops the expired ones, oldest
+// first, and copies nothing of the others. Upstream copied every inflight
+// packet of every client into a sorted slice each second: with 5,000
+// clients of 20 in flight (a reconnect storm's replays), 2% of an
+// instance's CPU.
+func TestClearExpiredInflightsCopiesOnlyTheExpired(t *testing.T) {
+	s := mqtt.New(&mqtt.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cl := s.NewClient(nil, "test", "c", true)
+	now := time.Now().Unix()
+	for id := uint16(1); id <= 64; id++ {
+		pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, PacketID: id,
+			ProtocolVersion: 5, TopicName: "a/b", Created: now - 10 + int64(id%3)}
+		cl.State.Inflight.Set(pk)
+	}
+	r := testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if d := cl.ClearExpiredInflights(now, 0); len(d) != 0 {
+				b.Fatalf("dropped %v, none expired", d)
+			}
+		}
+	})
+	if n := r.AllocedBytesPerOp(); n > 0 {
+		t.Errorf("a sweep of 64 inflight packets, none expired, allocates %d bytes, want 0 (upstream copies all 64: %d bytes)", n, 64*800)
+	}
+	// 7 and 40 carry an MQTT 5 expiry that has passed; 40 was put in flight first.
+	for _, c := range []struct {
+		id      uint16
+		created int64
+	}{{7, now - 5}, {40, now - 8}} {
+		pk, _ := cl.State.Inflight.Get(c.id)
+		pk.Expiry, pk.Created = now-1, c.created
+		cl.State.Inflight.Set(pk)
+	}
+	if d := cl.ClearExpiredInflights(now, 0); !slices.Equal(d, []uint16{40, 7}) {
+		t.Errorf("dropped %v, want [40 7] (oldest first)", d)
+	}
+	if n := cl.State.Inflight.Len(); n != 62 {
+		t.Errorf("%d in flight after the sweep, want 62", n)
+	}
+	// The server's maximum message expiry drops what is older than it.
+	if d := cl.ClearExpiredInflights(now, 9); len(d) != 21 {
+		t.Errorf("with a maximum expiry of 9 s: %d dropped, want the 21 put in flight 10 s ago", len(d))
+	}
+}
