@@ -255,7 +255,9 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 		after(cl.ID)
 	}
 	o.rec = rec
+	var gen uint64
 	if o.pos != nil {
+		gen = o.pos.generation()
 		o.rec.Positions, o.rec.Pending, o.rec.Horizon = o.pos.snapshot(), o.pos.pendingList(), o.pos.horizon()
 		rec.Positions, rec.Pending, rec.Horizon = o.rec.Positions, o.rec.Pending, o.rec.Horizon
 	}
@@ -289,6 +291,9 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 		h.mu.Unlock()
 		h.refuse(cl, err)
 		return
+	}
+	if o.pos != nil {
+		o.pos.wrote(gen)
 	}
 	h.metrics.connectWrite.Observe(time.Since(start).Seconds())
 }

@@ -94,7 +94,11 @@ type sessionPositions struct {
 	// (frontier): a pass that met one as pending skipped it, and delivers
 	// it after all (takeDropped, replay_defer.go).
 	drops map[Coord]bool
-	dirty bool
+	// changes counts the changes to what snapshot returns; written is the
+	// count a write of the record (claim, checkpoint) has made durable. A
+	// read (a replay's) changes neither: it once cleared a dirty flag, and
+	// the checkpoint of the acknowledgements before it was not written.
+	changes, written uint64
 
 	// The horizon (unix ms) covers the partitions of the reverse topics
 	// that have no position: every record there with an older timestamp
@@ -194,7 +198,7 @@ func (p *sessionPositions) forget(pid uint16) {
 	if c, ok := p.pending[pid]; ok {
 		delete(p.pending, pid)
 		delete(p.inherited, c)
-		p.dirty = true
+		p.changes++
 	}
 }
 
@@ -257,7 +261,7 @@ func (p *sessionPositions) sent(pid uint16, c Coord) {
 	}
 	p.mu.Lock()
 	p.pending[pid] = c
-	p.dirty = true
+	p.changes++
 	p.mu.Unlock()
 }
 
@@ -287,7 +291,7 @@ func (p *sessionPositions) dropped(c Coord) bool {
 	if _, ok := p.frontier[k]; ok {
 		p.drops[c] = true
 	}
-	p.dirty = true
+	p.changes++
 	return true
 }
 
@@ -325,7 +329,7 @@ func (p *sessionPositions) acked(pid uint16) {
 	if c.Offset+1 > p.delivered[k] {
 		p.delivered[k] = c.Offset + 1
 	}
-	p.dirty = true
+	p.changes++
 }
 
 // reading records that a replay has handed out partition k's records
@@ -333,7 +337,7 @@ func (p *sessionPositions) acked(pid uint16) {
 func (p *sessionPositions) reading(k tp, next int64) {
 	p.mu.Lock()
 	p.frontier[k] = next
-	p.dirty = true
+	p.changes++
 	p.mu.Unlock()
 }
 
@@ -360,7 +364,7 @@ func (p *sessionPositions) replayed(k tp, end int64) {
 	if end > p.replayedTo[k] {
 		p.replayedTo[k] = end
 	}
-	p.dirty = true
+	p.changes++
 	p.mu.Unlock()
 }
 
@@ -417,7 +421,7 @@ func (p *sessionPositions) caughtUp(covered int64) {
 	}
 	p.covered = max(p.covered, covered)
 	p.replaying = false
-	p.dirty = true
+	p.changes++
 	p.mu.Unlock()
 }
 
@@ -524,11 +528,27 @@ func (p *sessionPositions) pendingList() []state.Pending {
 	return out
 }
 
-// snapshot returns the positions to write, and clears dirty.
+// generation is the count of changes so far: a writer takes it before
+// snapshot and hands it to wrote once the record is acknowledged.
+func (p *sessionPositions) generation() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.changes
+}
+
+// wrote records that a record with the positions of generation gen is
+// durable: the positions are clean unless they changed since.
+func (p *sessionPositions) wrote(gen uint64) {
+	p.mu.Lock()
+	p.written = max(p.written, gen)
+	p.mu.Unlock()
+}
+
+// snapshot returns the positions a record holds now (to write, or to
+// read from).
 func (p *sessionPositions) snapshot() []state.Position {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.dirty = false
 	pos := make(map[tp]int64, len(p.base)+len(p.delivered))
 	for k, o := range p.base {
 		pos[k] = o
@@ -607,8 +627,10 @@ func (p *sessionPositions) wasDelivered(c Coord) bool {
 	return c.Offset < p.delivered[c.tp()]
 }
 
+// isDirty reports whether the positions changed since the last record
+// written with them (wrote).
 func (p *sessionPositions) isDirty() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.dirty
+	return p.changes != p.written
 }

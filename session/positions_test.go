@@ -213,3 +213,36 @@ func hookWithSession(t *testing.T) (*sessionHook, *ownedSession) {
 	h.owned["dev"] = o
 	return h, o
 }
+
+// TestReadingPositionsLeavesThemDirty: the checkpoint writes positions
+// that moved since the last record written with them. A replay reads
+// them too (where its passes start, which topics it reads); that read
+// used to clear the flag the checkpoint looks at, so the acknowledgements
+// before it were not written until the next one (a crash meanwhile
+// redelivered them). Only a write, once acknowledged, makes them clean,
+// and only up to what it wrote.
+func TestReadingPositionsLeavesThemDirty(t *testing.T) {
+	p := newSessionPositions(nil, nil, 0, nil)
+	p.sent(3, Coord{"k", 0, 7})
+	p.acked(3)
+	if !p.isDirty() {
+		t.Fatal("an acknowledgement did not make the positions dirty")
+	}
+	if pos := p.snapshot(); len(pos) != 1 || pos[0].Offset != 8 { // a replay's read
+		t.Fatalf("positions %+v, want offset 8", pos)
+	}
+	if !p.isDirty() {
+		t.Fatal("reading the positions made them clean: the checkpoint skips the acknowledgement")
+	}
+	gen := p.generation() // a checkpoint's write begins
+	_ = p.snapshot()
+	p.sent(4, Coord{"k", 0, 8}) // a delivery while the write is on its way
+	p.wrote(gen)
+	if !p.isDirty() {
+		t.Fatal("a write made clean a change made after its snapshot")
+	}
+	p.wrote(p.generation())
+	if p.isDirty() {
+		t.Fatal("dirty after a write of every change")
+	}
+}

@@ -63,7 +63,9 @@ func (h *sessionHook) update(o *ownedSession, fn func(*state.Session)) error {
 	rec.Subs = append([]state.Subscription(nil), rec.Subs...)
 	before := h.beforeWrite
 	h.mu.Unlock()
+	var gen uint64
 	if o.pos != nil {
+		gen = o.pos.generation()
 		rec.Positions, rec.Pending, rec.Horizon = o.pos.snapshot(), o.pos.pendingList(), o.pos.horizon()
 	}
 	fn(&rec)
@@ -73,7 +75,10 @@ func (h *sessionHook) update(o *ownedSession, fn func(*state.Session)) error {
 	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
 	defer cancel()
 	if err := h.put(ctx, &rec); err != nil {
-		return err
+		return err // still dirty: the next checkpoint tries again
+	}
+	if o.pos != nil {
+		o.pos.wrote(gen)
 	}
 	h.mu.Lock()
 	o.rec = rec
