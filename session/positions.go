@@ -1,7 +1,10 @@
 package session
 
 import (
+	"cmp"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -544,6 +547,31 @@ func (p *sessionPositions) wrote(gen uint64) {
 	p.mu.Unlock()
 }
 
+// topics calls yield with the topic of every partition snapshot may
+// return a position for, and more: the partitions of the reverse topics
+// it leaves out too (a replay reads all of those anyway). A topic may come
+// more than once. For a replay's choice of topics, without snapshot's
+// maps and sort.
+func (p *sessionPositions) topics(yield func(string)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k := range p.base {
+		yield(k.topic)
+	}
+	for k := range p.delivered {
+		yield(k.topic)
+	}
+	for _, c := range p.pending {
+		yield(c.Topic)
+	}
+	for k := range p.missed {
+		yield(k.topic)
+	}
+	for k := range p.frontier {
+		yield(k.topic)
+	}
+}
+
 // snapshot returns the positions a record holds now (to write, or to
 // read from).
 func (p *sessionPositions) snapshot() []state.Position {
@@ -610,11 +638,8 @@ func (p *sessionPositions) snapshot() []state.Position {
 	for k, o := range pos {
 		out = append(out, state.Position{Topic: k.topic, Partition: k.part, Offset: o, Delivered: p.delivered[k]})
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Topic != out[j].Topic {
-			return out[i].Topic < out[j].Topic
-		}
-		return out[i].Partition < out[j].Partition
+	slices.SortFunc(out, func(a, b state.Position) int {
+		return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
 	})
 	return out
 }

@@ -246,3 +246,26 @@ func TestReadingPositionsLeavesThemDirty(t *testing.T) {
 		t.Fatal("dirty after a write of every change")
 	}
 }
+
+// TestPositionTopicsCoverTheSnapshot: a replay chooses the topics it
+// reads from positions.topics; every topic snapshot has a position in must
+// be among them, or the replay would not read a partition the session
+// has messages waiting in.
+func TestPositionTopicsCoverTheSnapshot(t *testing.T) {
+	p := newSessionPositions([]state.Position{{Topic: "base", Partition: 0, Offset: 4, Delivered: 4}}, nil, 0, nil)
+	p.sent(1, Coord{"pending", 2, 9})
+	p.sent(2, Coord{"acked", 0, 3})
+	p.acked(2)
+	p.reading(tp{"frontier", 1}, 12)
+	got := map[string]bool{}
+	p.topics(func(s string) { got[s] = true })
+	snap := p.snapshot()
+	if len(snap) != 4 {
+		t.Fatalf("snapshot %+v, want positions in base, pending, acked and frontier", snap)
+	}
+	for _, q := range snap {
+		if !got[q.Topic] {
+			t.Errorf("snapshot has a position in %q, topics does not name it (named: %v)", q.Topic, got)
+		}
+	}
+}

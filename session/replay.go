@@ -616,9 +616,9 @@ func (rs *replayRun) deliver(ctx context.Context, rec *kgo.Record, hdrs []topicm
 	}
 	rs.delivered++
 	if dup {
-		rs.r.metrics.replayed.WithLabelValues("duplicate").Inc()
+		rs.r.metrics.replayedDup.Inc()
 	} else {
-		rs.r.metrics.replayed.WithLabelValues("new").Inc()
+		rs.r.metrics.replayedNew.Inc()
 	}
 	if !rs.first {
 		rs.first, rs.firstAt = true, time.Now()
@@ -712,11 +712,11 @@ func (rs *replayRun) candidates(ctx context.Context) ([]string, error) {
 			out = append(out, name)
 		}
 	}
-	for _, p := range rs.o.pos.snapshot() {
-		if idx.all[p.Topic] {
-			add(p.Topic)
+	rs.o.pos.topics(func(t string) {
+		if idx.all[t] {
+			add(t)
 		}
-	}
+	})
 	for _, name := range idx.reverse {
 		add(name)
 	}

@@ -57,3 +57,28 @@ func TestClearExpiredInflightsCopiesOnlyTheExpired(t *testing.T) {
 		t.Errorf("with a maximum expiry of 9 s: %d dropped, want the 21 put in flight 10 s ago", len(d))
 	}
 }
+
+// TestNextPacketIDSkipsIDsInFlight: the next packet id is the first free
+// one after the last given out. Ferry's NextPacketID asks whether an id is
+// in flight without copying the 800-byte packet under it (Inflight.Get
+// did, per id tried: 2% of an instance's CPU in a reconnect storm's
+// replays); what it returns is unchanged.
+func TestNextPacketIDSkipsIDsInFlight(t *testing.T) {
+	s := mqtt.New(&mqtt.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cl := s.NewClient(nil, "test", "c", true)
+	for _, id := range []uint16{1, 2, 4} {
+		cl.State.Inflight.Set(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, PacketID: id})
+	}
+	var got []uint32
+	for range 3 {
+		id, err := cl.NextPacketID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl.State.Inflight.Set(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, PacketID: uint16(id)})
+		got = append(got, id)
+	}
+	if !slices.Equal(got, []uint32{3, 5, 6}) {
+		t.Errorf("next packet ids %v with 1, 2 and 4 in flight, want [3 5 6]", got)
+	}
+}

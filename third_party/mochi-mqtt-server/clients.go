@@ -295,7 +295,7 @@ func (cl *Client) NextPacketID() (i uint32, err error) {
 
 		i++
 
-		if _, ok := cl.State.Inflight.Get(uint16(i)); !ok {
+		if _, ok := cl.State.Inflight.typeOf(uint16(i)); !ok { // Ferry: no 800-byte copy per id tried
 			atomic.StoreUint32(&cl.State.packetID, i)
 			return i, nil
 		}
