@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Helpers for tests that run the real cmd/bridge binary as a child process:
@@ -268,6 +270,25 @@ func connectLights(t testing.TB, addr, prefix string, conns []*lightClient, from
 // with its own dialer on one of four loopback source addresses (so that
 // thousands of connections do not run out of ephemeral ports), and returns
 // the time it took; any failure fails tb ("N of M <what> (first: ...)").
+// loadDialer is a load generator's dialer: connection i leaves from
+// 127.0.0.(2+i%4) (a source address has 28,000 ports), and its local port
+// is chosen at connect, from the whole 4-tuple (IP_BIND_ADDRESS_NO_PORT):
+// chosen at bind, a port had to be free of every socket of the address,
+// those in TIME_WAIT from a run a minute before too, and a run's dials got
+// slower with each run before it.
+func loadDialer(timeout time.Duration, i int) *net.Dialer {
+	return &net.Dialer{Timeout: timeout, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%4))},
+		Control: func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			if err := c.Control(func(fd uintptr) {
+				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT, 1)
+			}); err != nil {
+				return err
+			}
+			return serr
+		}}
+}
+
 func dialEach(tb testing.TB, workers, from, to int, what string, do func(d *net.Dialer, i int) error) time.Duration {
 	tb.Helper()
 	var next atomic.Int64
@@ -280,7 +301,7 @@ func dialEach(tb testing.TB, workers, from, to int, what string, do func(d *net.
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d := &net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+w%4))}}
+			d := loadDialer(10*time.Second, w)
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= to {

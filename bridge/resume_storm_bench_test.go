@@ -133,7 +133,7 @@ func resumeStorm(b *testing.B, brokers string, n int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d := &net.Dialer{Timeout: 30 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%4))}}
+			d := loadDialer(30*time.Second, i)
 			<-gate
 			res[i] = stormResume(d, inst[1+i%2].MQTTAddr, id(i), &conns[i])
 		}()
@@ -326,7 +326,9 @@ func stormResume(d *net.Dialer, addr, id string, keep **lightClient) (r stormRes
 		r.err = err
 		return r
 	}
-	c := &lightClient{conn: conn, r: bufio.NewReaderSize(conn, 256)}
+	// A device's client reads what has arrived at once (Paho's reader is
+	// 4 KiB): a replay's 20 messages come in one segment.
+	c := &lightClient{conn: conn, r: bufio.NewReaderSize(conn, 4096)}
 	*keep = c
 	_ = conn.SetDeadline(start.Add(2 * time.Minute))
 	pk := stormConnect(id)
