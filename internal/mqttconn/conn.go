@@ -6,13 +6,14 @@
 package mqttconn
 
 import (
-	"github.com/ferry-bridge/ferry/internal/stack"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/listeners"
+
+	"github.com/ferry-bridge/ferry/internal/stack"
 )
 
 // Listener wraps a mochi listener so that every connection it
