@@ -2,8 +2,6 @@ package mochipatch
 
 import (
 	"bytes"
-	"io"
-	"log/slog"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -18,7 +16,7 @@ import (
 // set keepalive + keepalive/2 in whole seconds: 1 s for a keepalive of 1
 // (and 4 s for 3), cutting off a client that sends a packet every 1.2 s.
 func TestReadDeadlineOneAndAHalfKeepalives(t *testing.T) {
-	server := mqtt.New(&mqtt.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	server := quietServer()
 	srv, cli := net.Pipe()
 	defer srv.Close()
 	defer cli.Close()

@@ -11,6 +11,11 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
+// quietServer is a mochi server that logs nothing.
+func quietServer() *mqtt.Server {
+	return mqtt.New(&mqtt.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+}
+
 // TestClearExpiredInflightsCopiesOnlyTheExpired: the server's once-a-second
 // sweep of every client's inflight packets drops the expired ones, oldest
 // first, and copies nothing of the others. Upstream copied every inflight
@@ -18,7 +23,7 @@ import (
 // clients of 20 in flight (a reconnect storm's replays), 2% of an
 // instance's CPU.
 func TestClearExpiredInflightsCopiesOnlyTheExpired(t *testing.T) {
-	s := mqtt.New(&mqtt.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s := quietServer()
 	cl := s.NewClient(nil, "test", "c", true)
 	now := time.Now().Unix()
 	for id := uint16(1); id <= 64; id++ {
@@ -64,7 +69,7 @@ func TestClearExpiredInflightsCopiesOnlyTheExpired(t *testing.T) {
 // did, per id tried: 2% of an instance's CPU in a reconnect storm's
 // replays); what it returns is unchanged.
 func TestNextPacketIDSkipsIDsInFlight(t *testing.T) {
-	s := mqtt.New(&mqtt.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s := quietServer()
 	cl := s.NewClient(nil, "test", "c", true)
 	for _, id := range []uint16{1, 2, 4} {
 		cl.State.Inflight.Set(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, PacketID: id})

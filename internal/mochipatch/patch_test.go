@@ -58,7 +58,7 @@ func TestReadPacketCopiesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw := pkt.Bytes()
-	server := mqtt.New(&mqtt.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	server := quietServer()
 	srv, cli := net.Pipe()
 	defer srv.Close()
 	defer cli.Close()
@@ -190,7 +190,7 @@ func TestHooksAskProvidesOnceWhenAdded(t *testing.T) {
 // under a free id is accepted. It passes upstream too: it holds what change
 // 4 of FERRY.md must keep.
 func TestQoS2PublishUnderAnIdAwaitingPubrel(t *testing.T) {
-	server := mqtt.New(&mqtt.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	server := quietServer()
 	if err := server.AddHook(new(auth.AllowHook), nil); err != nil {
 		t.Fatal(err)
 	}
