@@ -266,10 +266,6 @@ func connectLights(t testing.TB, addr, prefix string, conns []*lightClient, from
 	})
 }
 
-// dialEach runs do for every index in [from, to) on workers goroutines, each
-// with its own dialer on one of four loopback source addresses (so that
-// thousands of connections do not run out of ephemeral ports), and returns
-// the time it took; any failure fails tb ("N of M <what> (first: ...)").
 // loadDialer is a load generator's dialer: connection i leaves from
 // 127.0.0.(2+i%4) (a source address has 28,000 ports), and its local port
 // is chosen at connect, from the whole 4-tuple (IP_BIND_ADDRESS_NO_PORT):
@@ -289,6 +285,10 @@ func loadDialer(timeout time.Duration, i int) *net.Dialer {
 		}}
 }
 
+// dialEach runs do for every index in [from, to) on workers goroutines, each
+// with its own dialer on one of four loopback source addresses (so that
+// thousands of connections do not run out of ephemeral ports), and returns
+// the time it took; any failure fails tb ("N of M <what> (first: ...)").
 func dialEach(tb testing.TB, workers, from, to int, what string, do func(d *net.Dialer, i int) error) time.Duration {
 	tb.Helper()
 	var next atomic.Int64

@@ -778,9 +778,9 @@ type soakPublisher struct {
 	size                  soakSize
 	acked                 []atomic.Int64 // per group
 	ackedAt               *soakAcks
-	// patience is how long a publish may wait to be written and then for
-	// its PUBACK before the publisher gives up on the connection and moves:
-	// in the default mode longer than the instances' kafka.ack_timeout
+	// writePatience and ackPatience are how long a publish may wait to be
+	// written and then for its PUBACK before the publisher gives up on the
+	// connection and moves: in the default mode longer than the instances' kafka.ack_timeout
 	// (60 s), as the check assumes one move, at the kill. With 5 s to write
 	// and 15 s for the PUBACK, a publisher starved of CPU in the storm
 	// after the kill moved a second time, in the middle of a message, and
