@@ -147,44 +147,46 @@ func ParseStandard(headers []Header) (s Standard, ok bool) {
 			continue
 		}
 		seen |= bit
-		v := string(h.Value)
+		// The numbers are parsed from a string(h.Value) that does not
+		// escape (no allocation: a replay parses every record it reads);
+		// only the string fields are copied.
 		switch bit {
 		case bitTopic:
-			s.Topic = v
+			s.Topic = string(h.Value)
 		case bitQoS:
-			q, err := strconv.ParseUint(v, 10, 8)
+			q, err := strconv.ParseUint(string(h.Value), 10, 8)
 			if err != nil || q > 2 {
 				ok = false
 				continue
 			}
 			s.QoS, s.HasQoS = byte(q), true
 		case bitRetain:
-			r, err := strconv.ParseBool(v)
+			r, err := strconv.ParseBool(string(h.Value))
 			if err != nil {
 				ok = false
 				continue
 			}
 			s.Retain, s.HasRetain = r, true
 		case bitClientID:
-			s.ClientID = v
+			s.ClientID = string(h.Value)
 		case bitPacketID:
-			p, err := strconv.ParseUint(v, 10, 16)
+			p, err := strconv.ParseUint(string(h.Value), 10, 16)
 			if err != nil {
 				ok = false
 				continue
 			}
 			s.PacketID = uint16(p)
 		case bitOrigin:
-			s.Origin = v
+			s.Origin = string(h.Value)
 		case bitSeq:
-			n, err := strconv.ParseUint(v, 10, 64)
+			n, err := strconv.ParseUint(string(h.Value), 10, 64)
 			if err != nil {
 				ok = false
 				continue
 			}
 			s.Seq = n
 		case bitExpiry:
-			n, err := strconv.ParseUint(v, 10, 32)
+			n, err := strconv.ParseUint(string(h.Value), 10, 32)
 			if err != nil {
 				ok = false
 				continue

@@ -131,6 +131,17 @@ func TestAppendStandardAllocs(t *testing.T) {
 	}
 }
 
+// ParseStandard copies only the string fields: a replay parses the headers
+// of every record it reads, and the numbers (QoS, packet id, sequence,
+// expiry, retain) cost no allocation.
+func TestParseStandardAllocs(t *testing.T) {
+	b := NewHeaderBuilder(AllHeaders, "ferry-1")
+	hs := AppendStandard(b, []Header(nil), Standard{Topic: "sensors/dev42/temp", QoS: 1, Retain: true, ClientID: "c1", PacketID: 7, Seq: 42, Expiry: 60})
+	if n := testing.AllocsPerRun(100, func() { _, _ = ParseStandard(hs) }); n != 3 {
+		t.Fatalf("ParseStandard: %v allocations, want 3 (topic, client id, origin)", n)
+	}
+}
+
 // AppendStandardBuf writes what AppendStandard writes; with the topic and
 // client id given as bytes and room in buf for the rest it allocates
 // nothing, uses the given bytes as they are, and never writes past buf's

@@ -324,7 +324,7 @@ func (h *Hooks) OnPacketProcessed(cl *Client, pk packets.Packet, err error) {
 }
 
 // OnPacketSent is called when a packet has been sent to a client. It takes a bytes parameter
-// containing the bytes sent.
+// containing the bytes sent (Ferry: valid only during the call; the buffer is reused).
 func (h *Hooks) OnPacketSent(cl *Client, pk packets.Packet, b []byte) {
 	for _, hook := range h.providing(OnPacketSent) {
 		hook.OnPacketSent(cl, pk, b)

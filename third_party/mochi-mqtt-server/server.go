@@ -1161,10 +1161,9 @@ func (s *Server) buildAck(packetID uint16, pkt, qos byte, properties packets.Pro
 
 // processPuback processes a Puback packet, denoting completion of a QOS 1 packet sent from the server.
 func (s *Server) processPuback(cl *Client, pk packets.Packet) error {
-	if _, ok := cl.State.Inflight.Get(pk.PacketID); !ok {
-		return nil // omit, but would be packets.ErrPacketIdentifierNotFound
-	}
-
+	// Ferry: upstream first copied the packet in flight out (Inflight.Get)
+	// only to see whether there was one; Delete says the same. An id not in
+	// flight is omitted, but would be packets.ErrPacketIdentifierNotFound.
 	if ok := cl.State.Inflight.Delete(pk.PacketID); ok { // [MQTT-4.3.2-5]
 		cl.State.Inflight.IncreaseSendQuota()
 		atomic.AddInt64(&s.Info.Inflight, -1)
