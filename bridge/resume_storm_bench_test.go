@@ -163,6 +163,7 @@ func resumeStorm(b *testing.B, brokers string, n int) {
 		close(profiled)
 	}
 	kpid := localKafkaPID()
+	jit0 := kafkaJIT(kpid)
 	cpu0 := [4]float64{procCPU(b, inst[1].pid()), procCPU(b, inst[2].pid()), procCPU(b, os.Getpid()), kafkaCPU(b, kpid)}
 	busy0, all0 := machineCPU(b)
 	stopJFR := kafkaJFR(b, kpid)
@@ -175,6 +176,7 @@ func resumeStorm(b *testing.B, brokers string, n int) {
 	took := time.Since(start)
 	busy1, all1 := machineCPU(b)
 	cpu1 := [4]float64{procCPU(b, inst[1].pid()), procCPU(b, inst[2].pid()), procCPU(b, os.Getpid()), kafkaCPU(b, kpid)}
+	jit1 := kafkaJIT(kpid)
 	<-profiled
 
 	var connack, first, all, dial, gap []time.Duration
@@ -212,6 +214,9 @@ func resumeStorm(b *testing.B, brokers string, n int) {
 	kafka := "Kafka not on this machine"
 	if kpid > 0 {
 		kafka = fmt.Sprintf("Kafka (pid %d) %.1f s", kpid, cpu1[3]-cpu0[3])
+		if jit0 >= 0 && jit1 >= 0 {
+			kafka += fmt.Sprintf(" (its JIT compiler busy %.1f s meanwhile)", jit1-jit0)
+		}
 	}
 	b.Logf("CPU over the storm (%.1f s, %d cores): machine busy %.0f%%; instances %.1f s, load generator %.1f s, %s, the rest %.1f s",
 		took.Seconds(), runtime.NumCPU(), 100*busy/(all1-all0), bridges, gen, kafka, busy-bridges-gen-(cpu1[3]-cpu0[3]))
@@ -253,6 +258,41 @@ func kafkaCPU(b *testing.B, pid int) float64 {
 		return 0
 	}
 	return procCPU(b, pid)
+}
+
+// kafkaJIT is the time the JVM of the local Kafka broker (pid) has spent
+// compiling (jstat -compiler: the compilations' summed time, two compiler
+// threads), or -1 when it cannot tell. The first storms after a broker's
+// start make it compile the paths the replays use (a fetch of hundreds of
+// partitions, offsets by time, the topic listing): 5.4 s of compilation
+// against 6.3 s of the broker's CPU in the first storm of one run (JDK
+// Flight Recorder, jdk.CompilerStatistics); about 1 s in the second.
+func kafkaJIT(pid int) float64 {
+	if pid == 0 {
+		return -1
+	}
+	jstat := "jstat"
+	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil {
+		jstat = filepath.Join(filepath.Dir(exe), "jstat")
+	}
+	out, err := exec.Command(jstat, "-compiler", strconv.Itoa(pid)).Output()
+	if err != nil {
+		return -1
+	}
+	// Compiled Failed Invalid Time FailedType FailedMethod
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) < 2 {
+		return -1
+	}
+	f := strings.Fields(lines[1])
+	if len(f) < 4 {
+		return -1
+	}
+	t, err := strconv.ParseFloat(f[3], 64)
+	if err != nil {
+		return -1
+	}
+	return t
 }
 
 // kafkaJFR starts a JDK Flight Recorder CPU profile of the local Kafka
