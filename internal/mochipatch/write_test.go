@@ -46,6 +46,10 @@ func TestWritePacketReusesItsBuffer(t *testing.T) {
 			t.Fatalf("after write %d the connection has %x, want %x", i+1, conn.w.Bytes(), want.Bytes())
 		}
 	}
+	if raceEnabled {
+		t.Log("allocations not counted under -race: sync.Pool drops a quarter of what is put back")
+		return
+	}
 	conn.w.Grow(1 << 20)
 	p := pk(3, "x")
 	if n := testing.AllocsPerRun(200, func() { _ = cl.WritePacket(p) }); n > 0 {

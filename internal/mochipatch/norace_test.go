@@ -1,0 +1,5 @@
+//go:build !race
+
+package mochipatch
+
+const raceEnabled = false
