@@ -254,13 +254,11 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	if after != nil {
 		after(cl.ID)
 	}
-	o.rec = rec
 	var gen uint64
 	if o.pos != nil {
-		gen = o.pos.generation()
-		o.rec.Positions, o.rec.Pending, o.rec.Horizon = o.pos.snapshot(), o.pos.pendingList(), o.pos.horizon()
-		rec.Positions, rec.Pending, rec.Horizon = o.rec.Positions, o.rec.Pending, o.rec.Horizon
+		gen = o.pos.fill(&rec)
 	}
+	o.rec = rec
 	o.wmu.Lock()
 	defer o.wmu.Unlock()
 	h.mu.Lock()

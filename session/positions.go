@@ -532,11 +532,20 @@ func (p *sessionPositions) pendingList() []state.Pending {
 }
 
 // generation is the count of changes so far: a writer takes it before
-// snapshot and hands it to wrote once the record is acknowledged.
+// snapshot (fill) and hands it to wrote once the record is acknowledged.
 func (p *sessionPositions) generation() uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.changes
+}
+
+// fill sets rec's positions, pending deliveries and horizon to what they
+// are now and returns their generation, for wrote once rec is durable. The
+// generation is taken first: a change made meanwhile keeps them dirty.
+func (p *sessionPositions) fill(rec *state.Session) uint64 {
+	gen := p.generation()
+	rec.Positions, rec.Pending, rec.Horizon = p.snapshot(), p.pendingList(), p.horizon()
+	return gen
 }
 
 // wrote records that a record with the positions of generation gen is

@@ -65,8 +65,7 @@ func (h *sessionHook) update(o *ownedSession, fn func(*state.Session)) error {
 	h.mu.Unlock()
 	var gen uint64
 	if o.pos != nil {
-		gen = o.pos.generation()
-		rec.Positions, rec.Pending, rec.Horizon = o.pos.snapshot(), o.pos.pendingList(), o.pos.horizon()
+		gen = o.pos.fill(&rec)
 	}
 	fn(&rec)
 	if before != nil {
