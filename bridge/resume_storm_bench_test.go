@@ -271,11 +271,7 @@ func kafkaJIT(pid int) float64 {
 	if pid == 0 {
 		return -1
 	}
-	jstat := "jstat"
-	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil {
-		jstat = filepath.Join(filepath.Dir(exe), "jstat")
-	}
-	out, err := exec.Command(jstat, "-compiler", strconv.Itoa(pid)).Output()
+	out, err := exec.Command(jdkTool(pid, "jstat"), "-compiler", strconv.Itoa(pid)).Output()
 	if err != nil {
 		return -1
 	}
@@ -295,6 +291,16 @@ func kafkaJIT(pid int) float64 {
 	return t
 }
 
+// jdkTool is the JDK tool name (jcmd, jstat) of the JVM running as pid,
+// from the same JDK, or name itself (looked up on PATH) when its
+// executable cannot be read.
+func jdkTool(pid int, name string) string {
+	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil {
+		return filepath.Join(filepath.Dir(exe), name)
+	}
+	return name
+}
+
 // kafkaJFR starts a JDK Flight Recorder CPU profile of the local Kafka
 // broker (pid, the one kafka.Kafka process) when FERRY_BENCH_KAFKA_JFR names a
 // file, and returns what stops it: the storm's share of Kafka's CPU, without
@@ -308,12 +314,12 @@ func kafkaJFR(b *testing.B, pid int) func() {
 	if pid == 0 {
 		b.Fatal("FERRY_BENCH_KAFKA_JFR: not one kafka.Kafka process on this machine")
 	}
-	p := strconv.Itoa(pid)
-	if out, err := exec.Command("jcmd", p, "JFR.start", "name=ferry-storm", "settings=profile", "filename="+file).CombinedOutput(); err != nil {
+	p, jcmd := strconv.Itoa(pid), jdkTool(pid, "jcmd")
+	if out, err := exec.Command(jcmd, p, "JFR.start", "name=ferry-storm", "settings=profile", "filename="+file).CombinedOutput(); err != nil {
 		b.Fatalf("jcmd JFR.start: %v: %s", err, out)
 	}
 	return func() {
-		if out, err := exec.Command("jcmd", p, "JFR.stop", "name=ferry-storm").CombinedOutput(); err != nil {
+		if out, err := exec.Command(jcmd, p, "JFR.stop", "name=ferry-storm").CombinedOutput(); err != nil {
 			b.Errorf("jcmd JFR.stop: %v: %s", err, out)
 		}
 	}
