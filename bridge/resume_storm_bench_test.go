@@ -36,15 +36,19 @@ const stormGroup = 20
 // second instance then sends 20 QoS 1 messages to each group's topic (all
 // acknowledged), and every client reconnects at once (clean session 0),
 // half to the second instance and half to the third, acknowledging what
-// it gets. Reported from each client's CONNECT: the CONNACK, the first
-// message and the last of its 20, p50 and p99 (the targets at 10,000
-// sessions: first p99 <= 3 s, all p99 <= 5 s). It fails when a session is
-// not present, a message is lost, or one comes out of order.
+// it gets. Reported for each client: the CONNACK, the first message and
+// the last of its 20, p50 and p99, timed from its CONNECT (written once its
+// connection is up; s-connect-*, the targets' measure at 10,000 sessions:
+// first p99 <= 3 s, all p99 <= 5 s) and from before its dial (s-*; the
+// load generator's 10,000 dials take it half a second on this machine's
+// two cores). It fails when a session is not present, a message is lost,
+// or one comes out of order.
 //
 //	FERRY_BENCH_SESSIONS=10000 go test -run '^$' -bench BenchmarkResumeStorm -benchtime 1x -timeout 20m ./bridge/
 //
 // FERRY_BENCH_PROFILE_DIR=dir also writes a CPU profile of the second
-// instance during the storm (go tool pprof -top dir/ferry-storm1.cpu).
+// instance during the storm (go tool pprof -top dir/ferry-storm1.cpu) and
+// its heap profiles before and after it (.heap0, .heap1).
 func BenchmarkResumeStorm(b *testing.B) {
 	brokers := kafkatest.Brokers(b)
 	n := benchSessions(b, 1000)
@@ -159,6 +163,20 @@ func resumeStorm(b *testing.B, brokers string, n int) {
 				b.Errorf("profile: %v", err)
 			}
 		}()
+		// And the heap's allocations over the storm (go tool pprof
+		// -sample_index=alloc_space -base dir/ferry-storm1.heap0
+		// dir/ferry-storm1.heap1).
+		heap := func(suffix string) {
+			prof, err := inst[1].get("/debug/pprof/heap?gc=1")
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, inst[1].name+suffix), []byte(prof), 0o600)
+			}
+			if err != nil {
+				b.Errorf("heap profile: %v", err)
+			}
+		}
+		heap(".heap0")
+		defer heap(".heap1")
 	} else {
 		close(profiled)
 	}
@@ -180,6 +198,7 @@ func resumeStorm(b *testing.B, brokers string, n int) {
 	<-profiled
 
 	var connack, first, all, dial, gap []time.Duration
+	var fromConnect [3][]time.Duration // CONNACK, first, all from the CONNECT
 	var failed []string
 	lost, dups := 0, 0
 	for i, r := range res {
@@ -191,6 +210,9 @@ func resumeStorm(b *testing.B, brokers string, n int) {
 		}
 		connack, first, all = append(connack, r.connack), append(first, r.first), append(all, r.all)
 		dial, gap = append(dial, r.dial), append(gap, r.first-r.connack)
+		for k, d := range [3]time.Duration{r.connack, r.first, r.all} {
+			fromConnect[k] = append(fromConnect[k], d-r.sent)
+		}
 	}
 	if len(failed) > 0 {
 		b.Fatalf("%d of %d sessions failed (%d messages lost of %d), e.g. %s", len(failed), n, lost, n*stormGroup, strings.Join(failed[:min(5, len(failed))], "; "))
@@ -201,6 +223,10 @@ func resumeStorm(b *testing.B, brokers string, n int) {
 	}{{"connack", connack}, {"first", first}, {"all", all}} {
 		b.ReportMetric(quantileSeconds(m.d, 0.5), "s-"+m.name+"-p50")
 		b.ReportMetric(quantileSeconds(m.d, 0.99), "s-"+m.name+"-p99")
+	}
+	for k, name := range [3]string{"connack", "first", "all"} {
+		b.ReportMetric(quantileSeconds(fromConnect[k], 0.5), "s-connect-"+name+"-p50")
+		b.ReportMetric(quantileSeconds(fromConnect[k], 0.99), "s-connect-"+name+"-p99")
 	}
 	b.ReportMetric(float64(dups), "duplicates")
 	// The load generator dials every connection before it writes a CONNECT
@@ -224,6 +250,13 @@ func resumeStorm(b *testing.B, brokers string, n int) {
 		n, took.Round(time.Millisecond), quantileSeconds(connack, 0.5), quantileSeconds(connack, 0.99),
 		quantileSeconds(first, 0.5), quantileSeconds(first, 0.99), stormGroup,
 		quantileSeconds(all, 0.5), quantileSeconds(all, 0.99), dups)
+	// Issue 31's targets are from the CONNECT: what a session waits once
+	// its connection is up and its CONNECT written (first p99 <= 3 s, all
+	// p99 <= 5 s). The figures above start before the dial.
+	b.Logf("from the CONNECT: CONNACK p50/p99 %.2f/%.2f s, first message %.2f/%.2f s, all %d %.2f/%.2f s",
+		quantileSeconds(fromConnect[0], 0.5), quantileSeconds(fromConnect[0], 0.99),
+		quantileSeconds(fromConnect[1], 0.5), quantileSeconds(fromConnect[1], 0.99), stormGroup,
+		quantileSeconds(fromConnect[2], 0.5), quantileSeconds(fromConnect[2], 0.99))
 }
 
 // stateEnvTopics are the state topics of stateEnv(tb).
@@ -366,6 +399,7 @@ func stormPublish(b *testing.B, pub *lightClient, groups int, topic func(int) st
 type stormResult struct {
 	connack, first, all time.Duration
 	dial                time.Duration
+	sent                time.Duration // the CONNECT written
 	got, distinct       int
 	err                 error
 }
@@ -387,6 +421,7 @@ func stormResume(d *net.Dialer, addr, id string, keep **lightClient) (r stormRes
 	_ = conn.SetDeadline(start.Add(2 * time.Minute))
 	pk := stormConnect(id)
 	if err := pk.ConnectEncode(&c.out); err == nil {
+		r.sent = time.Since(start)
 		err = c.flush()
 	}
 	typ, body, err := c.read()
