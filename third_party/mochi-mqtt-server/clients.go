@@ -172,7 +172,6 @@ func newClient(c net.Conn, o *ops) *Client {
 			open:          ctx,
 			cancelOpen:    cancel,
 			Keepalive:     defaultKeepalive,
-			outbound:      make(chan *packets.Packet, o.options.Capabilities.MaximumClientWritesPending),
 		},
 		Properties: ClientProperties{
 			ProtocolVersion: defaultClientProtocolVersion, // default protocol version
@@ -181,6 +180,11 @@ func newClient(c net.Conn, o *ops) *Client {
 	}
 
 	if c != nil {
+		// Ferry: only a client with a connection queues packets to write
+		// (publishToClient sends nothing to one without). One without (an
+		// offline session's stand-in, an inline client) no longer gets
+		// MaximumClientWritesPending slots (8 KiB at 1,024).
+		cl.State.outbound = make(chan *packets.Packet, o.options.Capabilities.MaximumClientWritesPending)
 		cl.Net = ClientConnection{
 			Conn:   c,
 			bconn:  bufio.NewReaderSize(c, o.options.ClientNetReadBufferSize),
