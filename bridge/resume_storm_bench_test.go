@@ -197,6 +197,13 @@ func resumeStorm(b *testing.B, brokers string, n int) {
 	jit1 := kafkaJIT(kpid)
 	<-profiled
 
+	// Inside the second instance: its CONNECTs' table read and claim, and
+	// its replays' CONNACK to first message (histograms: bucket bounds).
+	if text, err := inst[1].get("/metrics"); err == nil {
+		for _, h := range []string{"ferry_state_connect_seconds", "ferry_sessions_replay_first_seconds", "ferry_state_write_seconds"} {
+			b.Logf("%s on %s: p50 <= %s s, p99 <= %s s", h, inst[1].name, histBound(text, h, 0.5), histBound(text, h, 0.99))
+		}
+	}
 	var connack, first, all, dial, gap []time.Duration
 	var fromConnect [3][]time.Duration // CONNACK, first, all from the CONNECT
 	var failed []string
@@ -545,4 +552,37 @@ func machineCPU(tb testing.TB) (busy, total float64) {
 		}
 	}
 	return busy, total
+}
+
+// histBound is the upper bound of the bucket a Prometheus histogram's
+// q-quantile falls in, read from a /metrics text ("?" when absent).
+func histBound(text, name string, q float64) string {
+	type bucket struct {
+		le    string
+		count float64
+	}
+	var bs []bucket
+	for _, line := range strings.Split(text, "\n") {
+		rest, ok := strings.CutPrefix(line, name+`_bucket{le="`)
+		if !ok {
+			continue
+		}
+		le, cnt, ok := strings.Cut(rest, `"} `)
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseFloat(strings.TrimSpace(cnt), 64)
+		if err == nil {
+			bs = append(bs, bucket{le, n})
+		}
+	}
+	if len(bs) == 0 || bs[len(bs)-1].count == 0 {
+		return "?"
+	}
+	for _, bk := range bs {
+		if bk.count >= q*bs[len(bs)-1].count {
+			return bk.le
+		}
+	}
+	return "?"
 }
