@@ -9,7 +9,7 @@ import (
 
 // TestInflightReusesItsPackets: a packet put in flight and acknowledged
 // costs no allocation (upstream's map allocated each 800-byte packet on
-// its own: a fifth of an instance's allocated bytes in a reconnect storm),
+// its own: a sixth of an instance's allocated bytes in a reconnect storm),
 // and what an Inflight hands out, or a Clone holds, is a copy that a later
 // packet does not change.
 func TestInflightReusesItsPackets(t *testing.T) {
