@@ -328,6 +328,9 @@ func (b *Bridge) mochiOptions() *mqtt.Options {
 	caps.MaximumPacketSize = uint32(b.cfg.MQTT.MaxPacketSize)
 	caps.MaximumClientWritesPending = int32(b.cfg.MQTT.ClientWritesPending)
 	caps.ReceiveMaximum = uint16(b.cfg.MQTT.MaxInflight)
+	if b.cfg.maxInflightOut > 0 {
+		caps.MaximumInflight = b.cfg.maxInflightOut
+	}
 	// The expiry of 3.1.1 persistent sessions, and the most an MQTT 5
 	// client gets (mochi's CONNACK says so when it asked for more).
 	caps.MaximumSessionExpiryInterval = b.cfg.MQTT.maxSessionExpiry()

@@ -37,6 +37,10 @@ type Config struct {
 	// reverseHold, when set (tests only), makes the reverse path wait for the
 	// channel to close before it publishes anything.
 	reverseHold <-chan struct{}
+	// maxInflightOut, when set (tests only), replaces mochi's
+	// MaximumInflight: how many QoS 1/2 deliveries one client may have
+	// unacknowledged before mochi refuses more (default 8,192).
+	maxInflightOut uint16
 }
 
 // RuntimeConfig tunes the Go runtime of the bridge process; cmd/bridge

@@ -83,10 +83,9 @@ func (s *reverseSink) Deliver(ctx context.Context, d reverse.Delivery) error {
 		return err
 	}
 	if n := atomic.LoadInt64(&s.server.Info.InflightDropped) - refused; n > 0 {
-		// mochi refuses a QoS 1/2 delivery without a hook when the subscriber
-		// already has MaximumInflight messages in flight (a long-offline
-		// session): count and say so.
-		s.metrics.subscriberDrops.Add(float64(n))
+		// mochi refuses a QoS 1/2 delivery when the subscriber already has
+		// MaximumInflight messages in flight (a long-offline session): the
+		// hooks' OnPublishDropped counted it; say so.
 		s.logs.Warn("inflight_full:"+d.Packet.TopicName, "MQTT subscriber has too many undelivered messages: delivery dropped and counted",
 			"topic", d.Packet.TopicName, "max_inflight", s.server.Options.Capabilities.MaximumInflight, "metric", "ferry_mqtt_subscriber_drops_total")
 	}

@@ -614,9 +614,11 @@ func (h *sessionHook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, 
 	}
 }
 
-// OnPublishDropped: mochi dropped a delivery because the client's outbound
-// queue (mqtt.client_writes_pending) was full, after it had put it in
-// flight and freed its packet id again: it never redelivers it. For a
+// OnPublishDropped: mochi dropped a delivery and never redelivers it:
+// the client's outbound queue (mqtt.client_writes_pending) was full (after
+// mochi had put it in flight and freed its packet id again), or the client
+// had mochi's MaximumInflight deliveries unacknowledged already (FERRY.md
+// change 10). For a
 // persistent session the message stays owed: its position stops at it
 // until a replay reads past it, so the client's next resume (here or
 // anywhere) delivers it. The connection stays: a running replay may bring
@@ -631,8 +633,9 @@ func (h *sessionHook) OnPublishDropped(cl *mqtt.Client, pk packets.Packet) {
 		return
 	}
 	if c, ok := h.inj.of(pk.Origin); ok && o.pos.dropped(c) {
-		h.logs.Warn("dropped:"+cl.ID, "persistent session's delivery dropped (its outbound queue is full): it comes with the session's next resume",
-			"client", cl.ID, "client_writes_pending", h.server.Options.Capabilities.MaximumClientWritesPending)
+		h.logs.Warn("dropped:"+cl.ID, "persistent session's delivery dropped (its outbound queue or in-flight store is full): it comes with the session's next resume",
+			"client", cl.ID, "client_writes_pending", h.server.Options.Capabilities.MaximumClientWritesPending,
+			"max_inflight", h.server.Options.Capabilities.MaximumInflight)
 	}
 }
 

@@ -149,6 +149,12 @@ func newSessionPositions(from []state.Position, pending []state.Pending, horizon
 		if q.Delivered > 0 {
 			p.delivered[k] = q.Delivered
 		}
+		if q.Offset < q.Delivered {
+			// Something below the newest acknowledged delivery is owed (in
+			// flight, or dropped by mochi: missed): the position stays
+			// there until a replay reads past it.
+			p.missed[k] = q.Offset
+		}
 	}
 	for _, d := range pending {
 		c := Coord{d.Topic, d.Partition, d.Offset}
@@ -268,24 +274,21 @@ func (p *sessionPositions) sent(pid uint16, c Coord) {
 	p.mu.Unlock()
 }
 
-// dropped records that mochi dropped the delivery of the message at c
-// (recorded as pending under a packet id mochi frees again): a later
-// resume must deliver it. False: no such delivery was pending (QoS 0).
+// dropped records that mochi dropped the delivery of the message at c,
+// whether it had put it in flight first (recorded as pending under a
+// packet id mochi frees again: a full outbound queue) or refused it before
+// (its in-flight cap): the position stays at c and a later resume delivers
+// it. False: c is no Kafka coordinate.
 func (p *sessionPositions) dropped(c Coord) bool {
 	if c.Offset < 0 {
 		return false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	found := false
 	for pid, q := range p.pending {
 		if q == c {
 			delete(p.pending, pid)
-			found = true
 		}
-	}
-	if !found {
-		return false
 	}
 	k := c.tp()
 	if m, ok := p.missed[k]; !ok || c.Offset < m {

@@ -1065,9 +1065,9 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 
 	if out.FixedHeader.Qos > 0 {
 		if cl.State.Inflight.Len() >= int(s.Options.Capabilities.MaximumInflight) {
-			// add hook?
 			atomic.AddInt64(&s.Info.InflightDropped, 1)
 			s.Log.Warn("client store quota reached", "client", cl.ID, "listener", cl.Net.Listener)
+			cl.ops.hooks.OnPublishDropped(cl, pk) // a hook that keeps the message owed must hear of it
 			return out, packets.ErrQuotaExceeded
 		}
 
@@ -1076,6 +1076,7 @@ func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packet
 			s.hooks.OnPacketIDExhausted(cl, pk)
 			atomic.AddInt64(&s.Info.InflightDropped, 1)
 			s.Log.Warn("packet ids exhausted", "error", err, "client", cl.ID, "listener", cl.Net.Listener)
+			cl.ops.hooks.OnPublishDropped(cl, pk)
 			return out, packets.ErrQuotaExceeded
 		}
 
