@@ -602,10 +602,14 @@ func (cl *Client) WritePacket(pk packets.Packet) error {
 		err = fmt.Errorf("%w: %v", packets.ErrNoValidPacketAvailable, pk.FixedHeader.Type)
 	}
 	if err != nil {
+		cl.flushIdle() // Ferry: see below
 		return err
 	}
 
 	if pk.Mods.MaxSize > 0 && uint32(buf.Len()) > pk.Mods.MaxSize {
+		// Ferry: the packets buffered before this one, waiting for a later
+		// write to flush them, must not wait for one that never comes.
+		cl.flushIdle()
 		return packets.ErrPacketTooLarge // [MQTT-3.1.2-24] [MQTT-3.1.2-25]
 	}
 
@@ -654,6 +658,17 @@ func (cl *Client) WritePacket(pk packets.Packet) error {
 	}
 
 	return err
+}
+
+// flushIdle writes what the write buffer holds when no packet waits to be
+// written after it (Ferry: a packet refused before its write flushed
+// nothing, and what it was to flush stayed in the buffer).
+func (cl *Client) flushIdle() {
+	cl.Lock()
+	defer cl.Unlock()
+	if len(cl.State.outbound) == 0 {
+		_ = cl.flushOutbuf()
+	}
 }
 
 func (cl *Client) flushOutbuf() (err error) {
