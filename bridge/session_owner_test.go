@@ -2,7 +2,9 @@ package bridge
 
 import (
 	"bytes"
+	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -211,5 +213,47 @@ func TestSessionCaps(t *testing.T) {
 	}
 	if n := metricValue(t, b, "ferry_sessions_denied_total", map[string]string{"reason": "quota"}); n != 3 {
 		t.Errorf(`ferry_sessions_denied_total{reason="quota"} = %v, want 3`, n)
+	}
+}
+
+// TestSessionPolicyConfig: mqtt.session_owner (auto: on with users),
+// mqtt.max_sessions and mqtt.max_sessions_per_user (per user only with
+// users) load from the file and the environment; Validate names a bad one.
+func TestSessionPolicyConfig(t *testing.T) {
+	def := DefaultConfig().MQTT
+	if def.SessionOwner != "auto" || def.MaxSessions != 1000000 || def.MaxSessionsPerUser != 10000 {
+		t.Fatalf("defaults: session_owner %q, max_sessions %d, max_sessions_per_user %d", def.SessionOwner, def.MaxSessions,
+			def.MaxSessionsPerUser)
+	}
+	if def.sessionOwner() || def.maxSessionsPerUser() != 0 {
+		t.Error("auto without users: sessions bound, or a per-user cap")
+	}
+	def.Users = []User{{Username: "u", Password: "p"}}
+	if !def.sessionOwner() || def.maxSessionsPerUser() != 10000 {
+		t.Error("auto with users: sessions not bound, or no per-user cap")
+	}
+	cfg, err := loadWith(t, "mqtt:\n  session_owner: \"off\"\n  max_sessions: 5\n  max_sessions_per_user: 0\n")
+	if err != nil || cfg.MQTT.SessionOwner != "off" || cfg.MQTT.MaxSessions != 5 || cfg.MQTT.MaxSessionsPerUser != 0 {
+		t.Errorf("from the file: %q %d %d, %v", cfg.MQTT.SessionOwner, cfg.MQTT.MaxSessions, cfg.MQTT.MaxSessionsPerUser, err)
+	}
+	t.Setenv("FERRY_MQTT_SESSION_OWNER", "on")
+	t.Setenv("FERRY_MQTT_MAX_SESSIONS_PER_USER", "7")
+	if cfg, err := loadWith(t, ""); err != nil || !cfg.MQTT.sessionOwner() || cfg.MQTT.MaxSessionsPerUser != 7 {
+		t.Errorf("from the environment: %q %d, %v", cfg.MQTT.SessionOwner, cfg.MQTT.MaxSessionsPerUser, err)
+	}
+	for _, tt := range []struct {
+		set        func(*Config)
+		key, value string
+	}{
+		{func(c *Config) { c.MQTT.SessionOwner = "yes" }, "mqtt.session_owner", "yes"},
+		{func(c *Config) { c.MQTT.MaxSessions = -1 }, "mqtt.max_sessions", "-1"},
+		{func(c *Config) { c.MQTT.MaxSessionsPerUser = -2 }, "mqtt.max_sessions_per_user", "-2"},
+	} {
+		c := testConfig("")
+		tt.set(&c)
+		var fe *FieldError
+		if err := c.Validate(); !errors.As(err, &fe) || fe.Key != tt.key || !strings.Contains(err.Error(), tt.value) {
+			t.Errorf("Validate() = %v, want a *FieldError for %s=%s", err, tt.key, tt.value)
+		}
 	}
 }
