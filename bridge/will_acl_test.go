@@ -149,7 +149,7 @@ func TestWillDeniedByACL(t *testing.T) {
 		t.Fatalf("CONNECT with a Will on %s (allowed): CONNACK 0x%02x, want 0", w.open, code)
 	}
 	c.Close()
-	waitFor(t, 10*time.Second, "the allowed Will at the reader", func() bool { return in.count(w.open) == 1 })
+	waitFor(t, 10*time.Second, "the allowed Will at the reader", func() bool { return in.count(w.open) > 0 })
 	if n := in.count(w.secret); n != 0 {
 		_, p := in.first(w.secret)
 		t.Fatalf("the reader got %d messages on %s (%q), denied to their publisher", n, w.secret, p)
@@ -216,7 +216,7 @@ func TestWillOfKilledInstanceDeniedByACL(t *testing.T) {
 		return true
 	})
 	a.kill9()
-	waitFor(t, testLapse+15*time.Second, "the allowed Will, published by b", func() bool { return in.count(w.open) == 1 })
+	waitFor(t, testLapse+15*time.Second, "the allowed Will, published by b", func() bool { return in.count(w.open) > 0 })
 	waitFor(t, 10*time.Second, "b's decision on the denied Will", func() bool {
 		return in.count(w.secret) > 0 || metricValue(t, b, "ferry_wills_denied_total", nil) == 1
 	})

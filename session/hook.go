@@ -45,8 +45,11 @@ import (
 // epoch, or a tombstone) is overwritten with this instance's record
 // (repair on sight). The time to a takeover is the table's read latency.
 //
-// A session is named by its client id alone: a connection of another user
-// with that id resumes it (or takes it over), under its own ACL. What
+// A session is named by its client id; with Config.SessionOwner it is
+// bound to the user who made it, and another user's CONNECT with the id is
+// refused before anything of the session changes (admit.go, as are the
+// caps on persistent sessions). Without, a connection of another user with
+// that id resumes it (or takes it over), under its own ACL. What
 // reaches it is checked against that ACL on every path, as mochi checks
 // live deliveries: the resumed subscriptions (screenSubs), the in-flight
 // messages mochi resends on a resume here (screenLocal), and the replay's
