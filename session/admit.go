@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"sync"
 	"time"
 
@@ -35,15 +36,24 @@ type admission struct {
 	maxPerUser int
 	total      func() int // persistent sessions in the table (nil: not counted)
 
-	mu      sync.Mutex
-	users   map[string]string // client id -> user of its persistent session (maxPerUser > 0)
-	perUser map[string]int
+	mu sync.Mutex
+	// users: client id (its hash: every instance keeps one entry per
+	// persistent session of the fleet) -> the user of its persistent
+	// session (maxPerUser > 0), one count per user.
+	users   map[uint64]*userCount
+	perUser map[string]*userCount
+}
+
+// userCount is how many persistent sessions one user has.
+type userCount struct {
+	name string
+	n    int
 }
 
 func newAdmission(owner bool, maxTotal, maxPerUser int, total func() int) *admission {
 	a := &admission{owner: owner, maxTotal: maxTotal, maxPerUser: maxPerUser, total: total}
 	if maxPerUser > 0 {
-		a.users, a.perUser = make(map[string]string), make(map[string]int)
+		a.users, a.perUser = make(map[uint64]*userCount), make(map[string]*userCount)
 	}
 	return a
 }
@@ -54,32 +64,46 @@ func (a *admission) saw(k string, rec *state.Session) {
 	if a == nil || a.users == nil {
 		return
 	}
+	h := clientHash(k)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	old, had := a.users[k]
+	old := a.users[h]
 	if rec == nil || rec.Clean {
-		if had {
-			a.drop(k, old)
+		if old != nil {
+			a.drop(h, old)
 		}
 		return
 	}
-	if had && old == string(rec.Username) {
+	if old != nil && old.name == string(rec.Username) {
 		return
 	}
-	if had {
-		a.drop(k, old)
+	if old != nil {
+		a.drop(h, old)
 	}
-	u := string(rec.Username)
-	a.users[k] = u
-	a.perUser[u]++
+	u := a.perUser[string(rec.Username)]
+	if u == nil {
+		u = &userCount{name: string(rec.Username)}
+		a.perUser[u.name] = u
+	}
+	u.n++
+	a.users[h] = u
 }
 
-// drop forgets k, a session of user u (a.mu held).
-func (a *admission) drop(k, u string) {
-	delete(a.users, k)
-	if a.perUser[u]--; a.perUser[u] <= 0 {
-		delete(a.perUser, u)
+// drop forgets client hash h, a session of u (a.mu held).
+func (a *admission) drop(h uint64, u *userCount) {
+	delete(a.users, h)
+	if u.n--; u.n <= 0 {
+		delete(a.perUser, u.name)
 	}
+}
+
+// clientHash is FNV-1a of a client id, mixed (ChooseInstance's mix64): a
+// collision of two ids of a fleet (odds about 3e-8 with a million sessions) only
+// miscounts one session.
+func clientHash(k string) uint64 {
+	f := fnv.New64a()
+	_, _ = f.Write([]byte(k))
+	return mix64(f.Sum64())
 }
 
 // check returns the CONNACK reason cl is refused with and why (nil: it
@@ -113,8 +137,11 @@ func (a *admission) check(cl, existing *mqtt.Client, prev *state.Session, persis
 		}
 	}
 	if a.users != nil {
+		var n int
 		a.mu.Lock()
-		n := a.perUser[string(user)]
+		if u := a.perUser[string(user)]; u != nil {
+			n = u.n
+		}
 		a.mu.Unlock()
 		if n >= a.maxPerUser {
 			return packets.ErrQuotaExceeded, fmt.Errorf("%w: user %q has %d persistent sessions, mqtt.max_sessions_per_user %d",

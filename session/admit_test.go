@@ -51,7 +51,7 @@ func TestAdmissionCountsPerUser(t *testing.T) {
 	if _, err := a.check(clientOf("x6", "bob"), nil, nil, true, now, 0); !errors.Is(err, ErrSessionQuota) {
 		t.Fatalf("bob's third: %v, want quota exceeded", err)
 	}
-	if len(a.users) != 2 || a.perUser["bob"] != 2 || len(a.perUser) != 1 {
+	if len(a.users) != 2 || a.perUser["bob"] == nil || a.perUser["bob"].n != 2 || len(a.perUser) != 1 {
 		t.Fatalf("index: users %v, per user %v", a.users, a.perUser)
 	}
 }
