@@ -42,6 +42,8 @@ func newACLResume(t *testing.T, ca, cb Config, elsewhere bool) *aclResume {
 		{Username: "pub", Password: "p"},
 	}
 	ca.MQTT.Users, cb.MQTT.Users = users, users
+	// Sessions not bound to their user: another user resumes them.
+	ca.MQTT.SessionOwner, cb.MQTT.SessionOwner = "off", "off"
 	r.a = startBridge(t, ca)
 	r.b = r.a
 	if elsewhere {

@@ -20,15 +20,16 @@ import (
 // without a username is admitted only with allow_anonymous (always, when no
 // users are configured) and gets the mqtt.anonymous ACL.
 //
-// It returns the ACL's read check, for the deliveries mochi does not make
-// itself (a resumed session's replay from Kafka); nil: everyone may read
-// everything.
-func addAuth(s *mqtt.Server, cfg MQTTConfig) (readCheck, error) {
+// It returns the ACL's two checks, the ones mochi makes itself
+// (OnACLCheck), for what Ferry does outside mochi: read for a resumed
+// session's replay from Kafka, publish for the Will of a dead instance's
+// client; nil: everyone may do everything.
+func addAuth(s *mqtt.Server, cfg MQTTConfig) (read, write aclCheck, err error) {
 	if len(cfg.Users) == 0 && cfg.Anonymous.empty() {
 		if err := s.AddHook(new(auth.AllowHook), nil); err != nil {
-			return nil, fmt.Errorf("mqtt auth: %w", err)
+			return nil, nil, fmt.Errorf("mqtt auth: %w", err)
 		}
-		return nil, nil
+		return nil, nil, nil
 	}
 	h := &authHook{
 		anonymous: cfg.AllowAnonymous || len(cfg.Users) == 0,
@@ -39,16 +40,17 @@ func addAuth(s *mqtt.Server, cfg MQTTConfig) (readCheck, error) {
 		h.users[u.Username] = u
 	}
 	if err := s.AddHook(h, nil); err != nil {
-		return nil, fmt.Errorf("mqtt auth: %w", err)
+		return nil, nil, fmt.Errorf("mqtt auth: %w", err)
 	}
-	return h.mayRead, nil
+	return h.mayRead, h.mayWrite, nil
 }
 
-// readCheck reports whether cl's user may subscribe to topic (a topic
-// filter) or receive a message published to topic (a topic name): the check
-// mochi makes (OnACLCheck, write false) for every filter of a SUBSCRIBE and
-// for every delivery it makes.
-type readCheck func(cl *mqtt.Client, topic string) bool
+// aclCheck is one of the ACL's two checks, as mochi makes them
+// (OnACLCheck). Read: whether cl's user may subscribe to topic (a topic
+// filter) or receive a message published to topic (a topic name): for
+// every filter of a SUBSCRIBE and every delivery. Write: whether it may
+// publish to topic: for every PUBLISH and Will.
+type aclCheck func(cl *mqtt.Client, topic string) bool
 
 type authHook struct {
 	mqtt.HookBase
@@ -99,8 +101,11 @@ func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	return acl.allows(topic, write)
 }
 
-// mayRead is the hook's readCheck.
+// mayRead is the hook's read check.
 func (h *authHook) mayRead(cl *mqtt.Client, topic string) bool { return h.OnACLCheck(cl, topic, false) }
+
+// mayWrite is the hook's publish check.
+func (h *authHook) mayWrite(cl *mqtt.Client, topic string) bool { return h.OnACLCheck(cl, topic, true) }
 
 // allows reports whether the ACL permits publishing to topic (write) or
 // subscribing to / receiving from topic. A shared subscription is checked by

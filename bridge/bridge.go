@@ -44,7 +44,8 @@ type Bridge struct {
 	metrics *metrics
 
 	server      *mqtt.Server
-	canRead     readCheck // the MQTT ACL's read check (nil: no ACL)
+	canRead     aclCheck // the MQTT ACL's read check (nil: no ACL)
+	canWrite    aclCheck // the MQTT ACL's publish check (nil: no ACL)
 	hook        *hook
 	ring        *ringbuffer.Ring[*producer.Record]
 	tm          *topicmap.Map
@@ -256,7 +257,7 @@ func (b *Bridge) start(ctx context.Context) error {
 	b.hook = &hook{cfg: b.cfg, log: b.log, tm: b.tm, ring: b.ring, metrics: b.metrics, server: b.server,
 		logs: newRateLimiter(b.log, 10*time.Second), hdrs: topicmap.NewHeaderBuilder(hdrs, b.cfg.Instance.ID),
 		locals: newLocalPublishers(), producer: b.producer}
-	if b.canRead, err = addAuth(b.server, b.cfg.MQTT); err != nil {
+	if b.canRead, b.canWrite, err = addAuth(b.server, b.cfg.MQTT); err != nil {
 		return err
 	}
 	if err := b.server.AddHook(&compatHook{obscureNotAuthorized: b.cfg.MQTT.ObscureNotAuthorized}, nil); err != nil {

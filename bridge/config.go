@@ -112,6 +112,44 @@ type MQTTConfig struct {
 	// instead of 0x87 Not authorized, which some clients and test suites
 	// expect (mochi's Compatibilities.ObscureNotAuthorized). Default: false.
 	ObscureNotAuthorized bool `mapstructure:"obscure_not_authorized" yaml:"obscure_not_authorized"`
+	// SessionOwner binds a session to the user who made it: a CONNECT of
+	// another user with its client id (while the session lives, connected
+	// or not) is refused Not authorized (MQTT 5 0x87, 3.1.1 return code
+	// 5) and the session is left as it is. "auto": on when users are
+	// configured, off without (every client is anonymous then); "on";
+	// "off" (any user may resume or take over any session by its client
+	// id, under its own ACL). Default: auto.
+	SessionOwner string `mapstructure:"session_owner" yaml:"session_owner"`
+	// MaxSessions caps the persistent sessions in the sessions table (all
+	// instances): a CONNECT that would make one more is refused Quota
+	// exceeded (MQTT 5 0x97, 3.1.1 Server unavailable). Default: 1000000.
+	// 0: no cap.
+	MaxSessions int `mapstructure:"max_sessions" yaml:"max_sessions"`
+	// MaxSessionsPerUser caps the persistent sessions of one username the
+	// same way, when users are configured (clients without a username
+	// count as one user). Default: 10000. 0: no cap.
+	MaxSessionsPerUser int `mapstructure:"max_sessions_per_user" yaml:"max_sessions_per_user"`
+}
+
+// sessionOwner reports whether sessions are bound to their user
+// (mqtt.session_owner, auto resolved).
+func (c MQTTConfig) sessionOwner() bool {
+	switch c.SessionOwner {
+	case "on":
+		return true
+	case "off":
+		return false
+	}
+	return len(c.Users) > 0
+}
+
+// maxSessionsPerUser is mqtt.max_sessions_per_user where it applies: with
+// users configured (without, every client is anonymous, one user).
+func (c MQTTConfig) maxSessionsPerUser() int {
+	if len(c.Users) == 0 {
+		return 0
+	}
+	return c.MaxSessionsPerUser
 }
 
 // User is one MQTT credential with its topic ACL.
@@ -324,6 +362,9 @@ func DefaultConfig() Config {
 			ClientWritesPending: 1024,
 			WriteTimeout:        10 * time.Second,
 			MaxSessionExpiry:    2 * time.Hour,
+			SessionOwner:        "auto",
+			MaxSessions:         1000000,
+			MaxSessionsPerUser:  10000,
 		},
 		Kafka: KafkaConfig{
 			EmbeddedPort:      9092,
@@ -410,6 +451,17 @@ func (c Config) Validate() error {
 	c.MQTT.Anonymous.validate("mqtt.anonymous", bad)
 	if c.MQTT.MaxKeepalive < 0 || c.MQTT.MaxKeepalive > 65535*time.Second || c.MQTT.MaxKeepalive%time.Second != 0 {
 		bad("mqtt.max_keepalive", c.MQTT.MaxKeepalive, "must be whole seconds in 0s..65535s (0: no limit)")
+	}
+	switch c.MQTT.SessionOwner {
+	case "auto", "on", "off":
+	default:
+		bad("mqtt.session_owner", c.MQTT.SessionOwner, "must be auto, on or off")
+	}
+	if c.MQTT.MaxSessions < 0 {
+		bad("mqtt.max_sessions", c.MQTT.MaxSessions, "must be >= 0 (0: no cap)")
+	}
+	if c.MQTT.MaxSessionsPerUser < 0 {
+		bad("mqtt.max_sessions_per_user", c.MQTT.MaxSessionsPerUser, "must be >= 0 (0: no cap)")
 	}
 	if c.MQTT.MaxSessionExpiry < 0 || c.MQTT.MaxSessionExpiry > math.MaxUint32*time.Second || c.MQTT.MaxSessionExpiry%time.Second != 0 {
 		bad("mqtt.max_session_expiry", c.MQTT.MaxSessionExpiry, "must be whole seconds in 0s..%s (0: no limit)", math.MaxUint32*time.Second)

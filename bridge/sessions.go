@@ -32,12 +32,14 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 		SessionsTopic: b.cfg.State.SessionsTopic, RetainedTopic: b.cfg.State.RetainedTopic,
 		Partitions: int32(b.cfg.State.Partitions), ReplicationFactor: rf, WriteTimeout: b.cfg.Kafka.AckTimeout,
 		ConnectTimeout: max(b.cfg.State.ConnectTimeout, b.cfg.Kafka.AckTimeout),
-		InstanceLapse:  b.cfg.State.InstanceLapse, MaxQueued: b.cfg.State.MaxQueued, ReplaySlots: b.replaySlots}
+		InstanceLapse:  b.cfg.State.InstanceLapse, MaxQueued: b.cfg.State.MaxQueued, ReplaySlots: b.replaySlots,
+		SessionOwner: b.cfg.MQTT.sessionOwner(), MaxSessions: b.cfg.MQTT.MaxSessions,
+		MaxSessionsPerUser: b.cfg.MQTT.maxSessionsPerUser()}
 	if len(b.cfg.Reverse.Topics) > 0 && b.cfg.Reverse.GroupID == "" {
 		cfg.ReverseGroup = reverseGroupID(b.cfg)
 	}
 	d := session.Deps{Log: b.log, Registerer: b.reg, Server: b.server, Topics: b.tm, KafkaOpts: sec,
-		MayRead: session.ReadCheck(b.canRead), Deliverer: deliverer{b},
+		MayRead: session.ReadCheck(b.canRead), MayWrite: session.WriteCheck(b.canWrite), Deliverer: deliverer{b},
 		QueueDrops: b.metrics.drops.WithLabelValues("session_queue_full")}
 	if len(b.cfg.Reverse.Topics) > 0 {
 		d.IsReverse = reverse.TopicMatcher(b.cfg.Reverse.Topics)

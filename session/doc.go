@@ -12,8 +12,11 @@
 // properties and Will, the subscriptions (each with the time it was made),
 // the positions, the horizon, and the deliveries sent and not yet
 // acknowledged (packet id and Kafka coordinate). A tombstone ends the
-// session. A session is named by its client id alone: another user
-// connecting with the id resumes it under its own ACL.
+// session. A session is named by its client id and names its user: with
+// Config.SessionOwner another user's CONNECT with the id is refused (Not
+// authorized); without, that user resumes it under its own ACL. New
+// persistent sessions are capped in total and per user (Config.MaxSessions,
+// Config.MaxSessionsPerUser: Quota exceeded), counted from the table.
 //
 // # Positions: the queue is in Kafka
 //

@@ -59,6 +59,15 @@ type Config struct {
 	MaxQueued int
 	// ReplaySlots is how many replays run at once (0: MaxReplays).
 	ReplaySlots int
+	// SessionOwner binds a session to its user: a CONNECT of another
+	// user with its client id is refused Not authorized while the session
+	// lives (mqtt.session_owner).
+	SessionOwner bool
+	// MaxSessions and MaxSessionsPerUser cap the persistent sessions in
+	// the sessions table, in total and of one username: a CONNECT that
+	// would make one more is refused Quota exceeded (0: no cap;
+	// mqtt.max_sessions, mqtt.max_sessions_per_user).
+	MaxSessions, MaxSessionsPerUser int
 	// ReverseGroup is the reverse consumer's group when it is this
 	// instance's own (its committed offsets say where the reverse path
 	// started: the horizon); "" when the group is shared or there is no
@@ -69,6 +78,10 @@ type Config struct {
 // ReadCheck reports whether cl's user may subscribe to a filter or
 // receive a message of a topic (the MQTT ACL).
 type ReadCheck func(cl *mqtt.Client, topic string) bool
+
+// WriteCheck reports whether cl's user may publish to a topic (the MQTT
+// ACL's publish check, the one mochi makes of a PUBLISH and a Will).
+type WriteCheck func(cl *mqtt.Client, topic string) bool
 
 // Deliverer is what the engine needs from the side of the broker that
 // delivers (bridge: its forward hook and its redelivery order hook).
@@ -117,6 +130,9 @@ type Deps struct {
 	IsReverse func(kafkaTopic string) bool
 	// MayRead is the ACL's read check (nil: everyone may read everything).
 	MayRead ReadCheck
+	// MayWrite is the ACL's publish check (nil: everyone may publish
+	// everything): a dead instance's client's Will is checked with it.
+	MayWrite WriteCheck
 	// Deliverer is the caller's side of deliveries.
 	Deliverer Deliverer
 	// QueueDrops counts the messages a resume did not deliver beyond
@@ -173,6 +189,12 @@ func Open(cfg Config, d Deps) (*Engine, error) {
 	hook.connectTimeout = connectTimeout
 	hook.inj = new(Injections)
 	hook.canRead = d.MayRead
+	if cfg.SessionOwner || cfg.MaxSessions > 0 || cfg.MaxSessionsPerUser > 0 {
+		// The persistent sessions in the table: its reader counts them
+		// (sessionTag); hook.table is set before any client connects.
+		total := func() int { return hook.table.Count(tagOnline) + hook.table.Count(tagOffline) }
+		hook.admit = newAdmission(cfg.SessionOwner, cfg.MaxSessions, cfg.MaxSessionsPerUser, total)
+	}
 	hook.deliverer = d.Deliverer
 	isReverse := d.IsReverse
 	if isReverse != nil {
@@ -215,6 +237,7 @@ func Open(cfg Config, d Deps) (*Engine, error) {
 	if d.Deliverer != nil {
 		e.wills.publish = d.Deliverer.PublishWill
 	}
+	e.wills.mayWrite = d.MayWrite
 	e.wills.owns, e.wills.maxExpiry = hook.owns, d.Server.Options.Capabilities.MaximumSessionExpiryInterval
 	hook.wills = e.wills
 	sessions := tc(cfg.SessionsTopic)

@@ -45,8 +45,11 @@ import (
 // epoch, or a tombstone) is overwritten with this instance's record
 // (repair on sight). The time to a takeover is the table's read latency.
 //
-// A session is named by its client id alone: a connection of another user
-// with that id resumes it (or takes it over), under its own ACL. What
+// A session is named by its client id; with Config.SessionOwner it is
+// bound to the user who made it, and another user's CONNECT with the id is
+// refused before anything of the session changes (admit.go, as are the
+// caps on persistent sessions). Without, a connection of another user with
+// that id resumes it (or takes it over), under its own ACL. What
 // reaches it is checked against that ACL on every path, as mochi checks
 // live deliveries: the resumed subscriptions (screenSubs), the in-flight
 // messages mochi resends on a resume here (screenLocal), and the replay's
@@ -88,6 +91,7 @@ type sessionHook struct {
 	tracking  atomic.Int32     // sessions tracking their unwritten live deliveries (replay_hold.go)
 	reverse   *ReverseProgress // caps positions at what the reverse path handed out (nil: no reverse path)
 	canRead   ReadCheck        // the MQTT ACL's read check (nil: everyone may read everything)
+	admit     *admission       // session owner and caps (nil: none)
 	copies    liveCopies       // live deliveries that repeat a replay's, not written (replay_copies.go)
 }
 
@@ -164,10 +168,6 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 		}
 		h.mu.Unlock()
 	}()
-	if existing, ok := h.server.Clients.Get(cl.ID); ok && existing != cl {
-		// Before mochi moves its messages in flight here (to resend them).
-		h.dropCopies(existing, false)
-	}
 	// A write of the id's earlier connection here on its way (its
 	// disconnect record) is waited for: the lookup below then reads it.
 	h.mu.Lock()
@@ -204,6 +204,17 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 		}
 		// A clean session's claim only needs a higher epoch: the clock's.
 		h.logs.Warn("connect-read:"+err.Error(), "session record not read: a clean session starts without it", "client", cl.ID, "err", err)
+	}
+	existing, _ := h.server.Clients.Get(cl.ID)
+	if code, err := h.admit.check(cl, existing, prev, pers, start, h.maxExpiry()); err != nil {
+		// Before anything of the session changes: the id's session and
+		// client stay as they are.
+		h.deny(cl, code, err)
+		return
+	}
+	if existing != nil && existing != cl {
+		// Before mochi moves its messages in flight here (to resend them).
+		h.dropCopies(existing, false)
 	}
 	resumed := resume && prev != nil && !prev.Clean && !prev.Expired(start, h.maxExpiry())
 	// A resumed session keeps its record (subscriptions, queue) while

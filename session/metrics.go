@@ -22,6 +22,7 @@ type stateMetrics struct {
 	takenOver      prometheus.Counter
 	repaired       prometheus.Counter
 	refused        prometheus.Counter
+	denied         *prometheus.CounterVec // CONNECTs refused by admission, by reason (owner, quota)
 	retainedWrites *prometheus.CounterVec
 	replayed       *prometheus.CounterVec
 	replayedNew    prometheus.Counter // replayed{kind="new"}, resolved once: a storm counts 200,000
@@ -31,6 +32,7 @@ type stateMetrics struct {
 	replayRead     prometheus.Counter
 	liveCopies     prometheus.Counter
 	wills          *prometheus.CounterVec
+	willsDenied    prometheus.Counter // dead instances' clients' Wills their user's ACL denies
 }
 
 func newStateMetrics(reg prometheus.Registerer) (*stateMetrics, error) {
@@ -54,6 +56,8 @@ func newStateMetrics(reg prometheus.Registerer) (*stateMetrics, error) {
 			Help: "Session records rewritten because a former owner's write landed after this instance's claim."}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_sessions_refused_total",
 			Help: "CONNECTs refused (Server unavailable) because the session could not be read or claimed in Kafka."}),
+		denied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_sessions_denied_total",
+			Help: "CONNECTs refused by session policy, by reason (owner: the client id's session belongs to another user, mqtt.session_owner; quota: a new persistent session past mqtt.max_sessions or mqtt.max_sessions_per_user)."}, []string{"reason"}),
 		retainedWrites: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_state_retained_writes_total",
 			Help: "Retained-message changes written to the retained topic, by result (ok, error)."}, []string{"result"}),
 		replayed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_sessions_replayed_total",
@@ -70,13 +74,19 @@ func newStateMetrics(reg prometheus.Registerer) (*stateMetrics, error) {
 			Help: "Wills this instance published on behalf of another, by reason (dead_instance: the client's instance stopped heartbeating)."}, []string{"reason"}),
 	}
 	m.wills.WithLabelValues("dead_instance")
+	m.willsDenied = prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_wills_denied_total",
+		Help: "Wills of dead instances' clients not published: their user's publish ACL (this instance's) denies the Will's topic."})
+	for _, r := range []string{"owner", "quota"} {
+		m.denied.WithLabelValues(r)
+	}
 	for _, r := range []string{"ok", "error"} {
 		m.writes.WithLabelValues(r)
 		m.retainedWrites.WithLabelValues(r)
 	}
 	m.replayedNew, m.replayedDup = m.replayed.WithLabelValues("new"), m.replayed.WithLabelValues("duplicate")
 	for _, c := range []prometheus.Collector{m.writes, m.writeSeconds, m.connectWrite, m.subscribeWrite, m.resumed,
-		m.subsDenied, m.takenOver, m.repaired, m.refused, m.retainedWrites, m.replayed, m.replayFirst, m.replayDuration, m.replayRead, m.liveCopies, m.wills} {
+		m.subsDenied, m.takenOver, m.repaired, m.refused, m.retainedWrites, m.replayed, m.replayFirst, m.replayDuration, m.replayRead, m.liveCopies, m.wills,
+		m.denied, m.willsDenied} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("state metrics: %w", err)
 		}

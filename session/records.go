@@ -121,6 +121,7 @@ func (h *sessionHook) onChange(c state.Change) {
 			return
 		}
 	}
+	h.admit.saw(c.Key, rec)
 	h.mu.Lock()
 	o := h.owned[c.Key]
 	var epoch int64
@@ -348,13 +349,15 @@ func servedHere(instance string) func([]byte) bool {
 // its own (persistent, or resumed), else it is a clean session's claim.
 func (h *sessionHook) recordOf(cl *mqtt.Client, keep bool) state.Session {
 	rec := state.Session{Client: cl.ID, Owner: h.id, Connected: true, Clean: !keep,
-		ProtocolVersion: cl.Properties.ProtocolVersion, Will: willOf(cl)}
+		ProtocolVersion: cl.Properties.ProtocolVersion, Username: cl.Properties.Username, Will: willOf(cl)}
 	if rec.Clean {
-		// A claim, to fence a second connection of the id; with the Will,
-		// for a survivor to publish if this instance dies (wills.go).
+		// A claim, to fence a second connection of the id; with the Will
+		// and its user, for a survivor to check and publish if this
+		// instance dies (wills.go), and the user, whose session it is
+		// while connected (admission).
 		return rec
 	}
-	rec.Expiry, rec.Username = h.expiryOf(cl), cl.Properties.Username
+	rec.Expiry = h.expiryOf(cl)
 	rec.Listener = cl.Net.Listener
 	rec.Props = propsJSON(cl.Properties.Props)
 	return rec

@@ -48,7 +48,9 @@ import (
 //  4. waits for the MQTT 5 Will Delay Interval, counted from the owner's
 //     last heartbeat, giving up if the client reconnects meanwhile;
 //  5. publishes the Will the way mochi publishes one (Kafka, the retained
-//     table if flagged, and this broker's subscribers);
+//     table if flagged, and this broker's subscribers), if the session's
+//     user may publish to its topic under this instance's ACL (the record
+//     names the user);
 //  6. deletes the record of a session that ends with its connection
 //     (clean, or expiry 0).
 //
@@ -73,6 +75,9 @@ type willKeeper struct {
 	timeout  time.Duration // one table write
 	table    *state.Table
 	publish  func(client string, protocol byte, w mqtt.Will)
+	// mayWrite is the MQTT ACL's publish check (nil: everyone may publish
+	// everything): a Will is published only if its user may publish it.
+	mayWrite WriteCheck
 	// owns reports whether this instance owns a session now (the session
 	// hook ends those itself); maxExpiry caps every record's expiry
 	// (mqtt.max_session_expiry, seconds).
@@ -453,10 +458,16 @@ func (w *willKeeper) handle(k string, since time.Time, p *pendingWill) {
 			log.Debug("Will not published: the client is back")
 			return
 		}
-		w.publish(k, rec.ProtocolVersion, will)
-		w.metrics.wills.WithLabelValues("dead_instance").Inc()
-		log.Info("published the Will of a client whose instance is gone", "topic", will.TopicName,
-			"silent_for", time.Since(since).Round(time.Millisecond))
+		if w.mayPublish(k, rec, will.TopicName) {
+			w.publish(k, rec.ProtocolVersion, will)
+			w.metrics.wills.WithLabelValues("dead_instance").Inc()
+			log.Info("published the Will of a client whose instance is gone", "topic", will.TopicName,
+				"silent_for", time.Since(since).Round(time.Millisecond))
+		} else {
+			w.metrics.willsDenied.Inc()
+			log.Warn("Will of a client whose instance is gone not published: its user may not publish to its topic",
+				"topic", will.TopicName, "username", string(rec.Username))
+		}
 	}
 	if rec.Clean || rec.Expiry == 0 {
 		if w.isCancelled(p) {
@@ -468,6 +479,18 @@ func (w *willKeeper) handle(k string, since time.Time, p *pendingWill) {
 			log.Warn("session of a dead instance not deleted", "err", err)
 		}
 	}
+}
+
+// mayPublish reports whether the user of client k's session record rec
+// may publish to topic under this instance's ACL: the check mochi makes of
+// a PUBLISH, on a stand-in for the client that is gone.
+func (w *willKeeper) mayPublish(k string, rec *state.Session, topic string) bool {
+	if w.mayWrite == nil {
+		return true
+	}
+	cl := &mqtt.Client{ID: k}
+	cl.Properties.Username, cl.Properties.ProtocolVersion = rec.Username, rec.ProtocolVersion
+	return w.mayWrite(cl, topic)
 }
 
 // fence writes the record that ends the dead owner's connection and waits

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"encoding/base64"
 	"strconv"
 	"unicode/utf8"
 )
@@ -80,6 +81,16 @@ func scanHead(b []byte, h *sessionHead) (ok bool) {
 			} else {
 				h.Clean = v
 			}
+		case "username":
+			v, ok := s.plainString()
+			if !ok {
+				return false
+			}
+			u, err := base64.StdEncoding.DecodeString(v)
+			if err != nil {
+				return false
+			}
+			h.Username = u
 		case "client", "owner", "will_by":
 			v, ok := s.plainString()
 			if !ok {

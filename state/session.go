@@ -145,12 +145,16 @@ type sessionHead struct {
 	Clean        bool   `json:"clean,omitempty"`
 	Expiry       uint32 `json:"expiry"`
 	WillBy       string `json:"will_by,omitempty"`
+	// Username is the session's user: every instance counts the
+	// persistent sessions of each user (mqtt.max_sessions_per_user) and
+	// binds a session to its user (mqtt.session_owner).
+	Username []byte `json:"username,omitempty"`
 }
 
 // DecodeSessionHead reads a table value's head: a Session with Version,
-// Client, Owner, Epoch, Connected, Disconnected, Clean, Expiry and WillBy
-// set and nothing else (no subscriptions, positions, pending deliveries,
-// username, properties or will). Every instance reads every session
+// Client, Owner, Epoch, Connected, Disconnected, Clean, Expiry, WillBy and
+// Username set and nothing else (no subscriptions, positions, pending
+// deliveries, properties or will). Every instance reads every session
 // record the table's change feed brings, and this is all it needs of the
 // sessions it does not serve: decoding the whole record (with positions
 // and subscriptions) was a tenth of an instance's CPU in a reconnect storm.
@@ -165,7 +169,7 @@ func DecodeSessionHead(b []byte) (*Session, error) {
 		return nil, err
 	}
 	return &Session{Version: h.Version, Client: h.Client, Owner: h.Owner, Epoch: h.Epoch, Connected: h.Connected,
-		Disconnected: h.Disconnected, Clean: h.Clean, Expiry: h.Expiry, WillBy: h.WillBy}, nil
+		Disconnected: h.Disconnected, Clean: h.Clean, Expiry: h.Expiry, WillBy: h.WillBy, Username: h.Username}, nil
 }
 
 // NextEpoch is the epoch of a new claim after prev (0: none known): the

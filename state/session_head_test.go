@@ -91,7 +91,7 @@ func headByJSON(b []byte) (*Session, error) {
 		return nil, err
 	}
 	return &Session{Version: h.Version, Client: h.Client, Owner: h.Owner, Epoch: h.Epoch, Connected: h.Connected,
-		Disconnected: h.Disconnected, Clean: h.Clean, Expiry: h.Expiry, WillBy: h.WillBy}, nil
+		Disconnected: h.Disconnected, Clean: h.Clean, Expiry: h.Expiry, WillBy: h.WillBy, Username: h.Username}, nil
 }
 
 // headSeeds are records Encode writes, and JSON that is not quite theirs.
@@ -104,7 +104,8 @@ func headSeeds(f interface{ Add(...any) }) {
 		`{"v":1,"client":"a\"b","owner":"x"}`, `{"v":1,"Owner":"X","owner":"y"}`, `{"v":1,"owner":"y","owner":"z"}`,
 		`{"v":1,"epoch":1.5}`, `{"v":1,"epoch":-3,"expiry":4294967296}`, `{"v":1,"connected":null}`,
 		`{"v":1,"client":"é\u00e9"}`, "{\"v\":1,\"client\":\"\xff\"}", ` { "v" : 1 , "subs" : [ {"filter":"]}\"" } ] } `,
-		`{"v":1,"props":{"a":[1,{"b":"}"}]},"will_by":"w"}`, `{"v":2}`, `{}`, `[]`, `{"v":1}x`, `{"v":01}`,
+		`{"v":1,"props":{"a":[1,{"b":"}"}]},"will_by":"w"}`, `{"v":1,"username":"YQ"}`, `{"v":1,"username":""}`,
+		`{"v":1,"username":null}`, `{"v":1,"username":"YWxp\nY2U="}`, `{"v":2}`, `{}`, `[]`, `{"v":1}x`, `{"v":01}`,
 	} {
 		f.Add([]byte(s))
 	}

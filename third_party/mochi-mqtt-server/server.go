@@ -449,10 +449,31 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 		return packets.ErrBadUsernameOrPassword
 	}
 
+	// Ferry: a Will is a publish of the client's: its topic is checked
+	// against the publish ACL, as a PUBLISH's is (Mosquitto refuses the
+	// CONNECT the same way).
+	if atomic.LoadUint32(&cl.Properties.Will.Flag) == 1 && !s.hooks.OnACLCheck(cl, cl.Properties.Will.TopicName, true) {
+		err := s.SendConnack(cl, packets.ErrNotAuthorized, false, nil)
+		if err != nil {
+			return fmt.Errorf("invalid connection send ack: %w", err)
+		}
+
+		return packets.ErrNotAuthorized
+	}
+
 	atomic.AddInt64(&s.Info.ClientsConnected, 1)
 	defer atomic.AddInt64(&s.Info.ClientsConnected, -1)
 
 	s.hooks.OnSessionEstablish(cl, pk)
+	if cl.Closed() {
+		// Ferry: a hook refused the connection (it wrote the CONNACK and
+		// stopped the client): the id's session and its connected client,
+		// if any, are not taken over.
+		if err := cl.StopCause(); err != nil {
+			return err
+		}
+		return packets.ErrUnspecifiedError
+	}
 
 	sessionPresent := s.inheritClientSession(pk, cl)
 	s.Clients.Add(cl) // [MQTT-4.1.0-1]
@@ -1521,6 +1542,12 @@ func (s *Server) sendLWT(cl *Client) {
 	}
 
 	modifiedLWT := s.hooks.OnWill(cl, cl.Properties.Will)
+	if !s.hooks.OnACLCheck(cl, modifiedLWT.TopicName, true) {
+		// Ferry: checked again when it is published, as a PUBLISH is.
+		atomic.StoreUint32(&cl.Properties.Will.Flag, 0)
+		s.Log.Debug("will not published: not authorized", "client", cl.ID, "topic", modifiedLWT.TopicName)
+		return
+	}
 
 	pk := packets.Packet{
 		FixedHeader: packets.FixedHeader{

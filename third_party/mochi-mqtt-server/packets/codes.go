@@ -145,5 +145,7 @@ var (
 		ErrMalformedUsername:          ErrMalformedUsernameOrPassword,
 		ErrMalformedPassword:          ErrMalformedUsernameOrPassword,
 		ErrBadUsernameOrPassword:      Err3NotAuthorized,
+		ErrNotAuthorized:              Err3NotAuthorized,     // Ferry
+		ErrQuotaExceeded:              Err3ServerUnavailable, // Ferry
 	}
 )
