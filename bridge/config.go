@@ -91,6 +91,12 @@ type MQTTConfig struct {
 	// or gone, by a surviving instance (docs/sessions.md). Default: 2h.
 	// 0: no limit (sessions of 3.1.1 clients are then never ended).
 	MaxSessionExpiry time.Duration `mapstructure:"max_session_expiry" yaml:"max_session_expiry"`
+	// MaxMessageExpiry caps the Message Expiry Interval an MQTT 5 publisher
+	// asks (whole seconds): a message asking for longer expires after this,
+	// and its deliveries say what is left of it. A message that asks none
+	// never expires, whatever this says (MQTT 5 3.3.2.3.3; MQTT 3.1.1 has no
+	// expiry). Default: 0 (no cap).
+	MaxMessageExpiry time.Duration `mapstructure:"max_message_expiry" yaml:"max_message_expiry"`
 	// MaxPacketSize is the largest MQTT packet accepted, in bytes. Default: 1 MiB.
 	MaxPacketSize int `mapstructure:"max_packet_size" yaml:"max_packet_size"`
 	// MaxInflight bounds the QoS 1/2 publishes of one client that wait for
@@ -355,6 +361,12 @@ func (c MQTTConfig) maxSessionExpiry() uint32 {
 	return uint32(c.MaxSessionExpiry / time.Second)
 }
 
+// maxMessageExpiry is mqtt.max_message_expiry in seconds, as the broker
+// takes it (0: no cap).
+func (c MQTTConfig) maxMessageExpiry() int64 {
+	return int64(c.MaxMessageExpiry / time.Second)
+}
+
 // FieldError names the configuration key and value that are wrong.
 type FieldError struct {
 	Key    string
@@ -409,6 +421,9 @@ func (c Config) Validate() error {
 	}
 	if c.MQTT.MaxSessionExpiry < 0 || c.MQTT.MaxSessionExpiry > math.MaxUint32*time.Second || c.MQTT.MaxSessionExpiry%time.Second != 0 {
 		bad("mqtt.max_session_expiry", c.MQTT.MaxSessionExpiry, "must be whole seconds in 0s..%s (0: no limit)", math.MaxUint32*time.Second)
+	}
+	if c.MQTT.MaxMessageExpiry < 0 || c.MQTT.MaxMessageExpiry > math.MaxUint32*time.Second || c.MQTT.MaxMessageExpiry%time.Second != 0 {
+		bad("mqtt.max_message_expiry", c.MQTT.MaxMessageExpiry, "must be whole seconds in 0s..%s (0: no cap)", math.MaxUint32*time.Second)
 	}
 	if c.MQTT.MaxPacketSize < 64 {
 		bad("mqtt.max_packet_size", c.MQTT.MaxPacketSize, "must be at least 64")

@@ -97,10 +97,12 @@ func (h *hook) publishWill(client string, protocol byte, w mqtt.Will) {
 		FixedHeader: packets.FixedHeader{Type: packets.Publish, Retain: w.Retain, Qos: w.Qos},
 		TopicName:   w.TopicName,
 		Payload:     w.Payload,
-		Properties:  packets.Properties{User: w.User},
+		Properties:  mqtt.WillProperties(w), // 3.1.3.2, all of them
 		Origin:      client,
 		Created:     time.Now().Unix(),
 	}
+	// The Will's own Message Expiry Interval, from now (none: never).
+	h.server.SetMessageExpiry(&pk)
 	if protocol == 0 {
 		protocol = 4
 	}
@@ -108,7 +110,7 @@ func (h *hook) publishWill(client string, protocol byte, w mqtt.Will) {
 	defer h.locals.put(lp)
 	lp.cl.ID = client
 	lp.cl.Properties.ProtocolVersion = protocol
-	lp.created, lp.expiry = pk.Created, 0
+	lp.created, lp.expiry = pk.Created, pk.Expiry
 	pk.ProtocolVersion = protocol
 	h.OnWillSent(lp.cl, pk)
 	out := pk

@@ -644,9 +644,21 @@ func (h *sessionHook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
 	}
 }
 
-// OnQosDropped: mochi gave up a delivery (expired): not redelivered either.
+// OnQosDropped: mochi gave up a delivery. A PUBREC with an error reason
+// code is the client's answer (MQTT 5 4.13.2: the message is not sent
+// again): acknowledged. Anything else (the in-flight sweep's drop of a
+// message whose expiry passed) is not an acknowledgement: the session's
+// position stays at the message, as for OnPublishDropped, so its next
+// resume reads it again (and does not deliver it if it has expired by
+// then, replay.go), counted.
 func (h *sessionHook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
-	h.acked(cl, pk.PacketID)
+	if pk.FixedHeader.Type == packets.Pubrec {
+		h.acked(cl, pk.PacketID)
+		return
+	}
+	if o := h.ownedBy(cl); o != nil && o.pos != nil && o.pos.droppedID(pk.PacketID) {
+		h.metrics.inflightDropped.Inc()
+	}
 }
 
 func (h *sessionHook) acked(cl *mqtt.Client, pid uint16) {

@@ -43,6 +43,19 @@ type RetainedValue struct {
 	ProtocolVersion byte            `json:"protocol"`
 }
 
+// expiry is when the message expires (unix seconds; 0: never): only a
+// message whose publisher asked a Message Expiry Interval (stored with it)
+// expires. Ferry before mochi change 10 (expiry) wrote mochi's default, a
+// day after the message was received, into the record of every message
+// that asked none (MQTT 3.1.1's, and Wills', included): such a record
+// carries an expiry and no interval, and is served again.
+func (rv *RetainedValue) expiry() int64 {
+	if rv.Msg.Properties.MessageExpiryInterval == 0 {
+		return 0
+	}
+	return rv.Expiry
+}
+
 func newRetained(log *slog.Logger, server *mqtt.Server, m *stateMetrics) *Retained {
 	log = log.With("component", "retained")
 	return &Retained{log: log, server: server, metrics: m, logs: ratelimit.New(log, 10*time.Second)}
@@ -66,7 +79,7 @@ func (r *Retained) apply(topic string, v []byte) bool {
 		return false
 	}
 	pk := rv.Msg.ToPacket()
-	pk.Expiry, pk.ProtocolVersion = rv.Expiry, rv.ProtocolVersion
+	pk.Expiry, pk.ProtocolVersion = rv.expiry(), rv.ProtocolVersion
 	pk.FixedHeader.Retain = true
 	if pk.Created == 0 {
 		// mochi removes a retained message older than the maximum message
@@ -76,6 +89,14 @@ func (r *Retained) apply(topic string, v []byte) bool {
 		pk.Created = time.Now().Unix()
 	}
 	if len(pk.Payload) == 0 {
+		return false
+	}
+	if pk.Expiry > 0 && pk.Expiry <= time.Now().Unix() {
+		// Expired before it was read [MQTT-3.3.2-5] (a record read at a
+		// start, or aged while Kafka held it): mochi's sweep would remove
+		// it within a second, and serve it to a SUBSCRIBE meanwhile.
+		r.server.Topics.RetainMessage(packets.Packet{TopicName: topic})
+		atomic.StoreInt64(&r.server.Info.Retained, int64(r.server.Topics.Retained.Len()))
 		return false
 	}
 	r.server.Topics.RetainMessage(pk)
