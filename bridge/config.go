@@ -189,6 +189,12 @@ type KafkaConfig struct {
 	// costs Kafka and the bridge less CPU per record than none (fewer
 	// bytes to copy, checksum and write; docs/benchmarks.md).
 	Compression string `mapstructure:"compression" yaml:"compression"`
+	// IsolationLevel is what the reverse path and the session replays
+	// read of transactional topics: read_committed (only committed
+	// records; an aborted transaction's are never delivered to MQTT) or
+	// read_uncommitted (every record, aborted ones too). Default:
+	// read_committed.
+	IsolationLevel string `mapstructure:"isolation_level" yaml:"isolation_level"`
 	// Partitions and ReplicationFactor apply to topics Ferry creates (its
 	// data topics, the state topics, _ferry_instances). ReplicationFactor
 	// -1 leaves it to the cluster: each broker's default.replication.factor
@@ -334,6 +340,7 @@ func DefaultConfig() Config {
 			MaxBatch:          1000,
 			MaxBatchBytes:     1 << 20,
 			Compression:       "lz4",
+			IsolationLevel:    readCommitted,
 			Partitions:        1,
 			ReplicationFactor: clusterReplicationFactor,
 			MaxCreatedTopics:  1000,
@@ -360,6 +367,12 @@ func (c MQTTConfig) maxSessionExpiry() uint32 {
 	}
 	return uint32(c.MaxSessionExpiry / time.Second)
 }
+
+// The values of kafka.isolation_level.
+const (
+	readCommitted   = "read_committed"
+	readUncommitted = "read_uncommitted"
+)
 
 // maxMessageExpiry is mqtt.max_message_expiry in seconds, as the broker
 // takes it (0: no cap).
@@ -463,6 +476,9 @@ func (c Config) Validate() error {
 	}
 	if c.Kafka.MaxBatchBytes < 1024 {
 		bad("kafka.max_batch_bytes", c.Kafka.MaxBatchBytes, "must be at least 1024")
+	}
+	if c.Kafka.IsolationLevel != readCommitted && c.Kafka.IsolationLevel != readUncommitted {
+		bad("kafka.isolation_level", c.Kafka.IsolationLevel, "must be %s or %s", readCommitted, readUncommitted)
 	}
 	if err := producer.CheckCompression(c.Kafka.Compression); err != nil {
 		bad("kafka.compression", c.Kafka.Compression, "%v", err)

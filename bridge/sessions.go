@@ -32,7 +32,8 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 		SessionsTopic: b.cfg.State.SessionsTopic, RetainedTopic: b.cfg.State.RetainedTopic,
 		Partitions: int32(b.cfg.State.Partitions), ReplicationFactor: rf, WriteTimeout: b.cfg.Kafka.AckTimeout,
 		ConnectTimeout: max(b.cfg.State.ConnectTimeout, b.cfg.Kafka.AckTimeout),
-		InstanceLapse:  b.cfg.State.InstanceLapse, MaxQueued: b.cfg.State.MaxQueued, ReplaySlots: b.replaySlots}
+		InstanceLapse:  b.cfg.State.InstanceLapse, MaxQueued: b.cfg.State.MaxQueued, ReplaySlots: b.replaySlots,
+		ReadUncommitted: b.cfg.Kafka.IsolationLevel == readUncommitted}
 	if len(b.cfg.Reverse.Topics) > 0 && b.cfg.Reverse.GroupID == "" {
 		cfg.ReverseGroup = reverseGroupID(b.cfg)
 	}
