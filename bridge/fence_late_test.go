@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	pahov3 "github.com/eclipse/paho.mqtt.golang"
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -62,4 +63,45 @@ func TestFencedOwnersLateCheckpointFencedAgain(t *testing.T) {
 			last.Epoch, ghost.Epoch, last.WillBy, last.Subs)
 	}
 	noMore(t, in, map[string]int{willTopic: 1}, time.Second)
+}
+
+// TestSweepTombstoneAfterClaimRepaired (issue 50 part 5, first suspicion,
+// which cannot happen): the expired-session sweep (session/wills.go)
+// checks the record after reading the table to its end and then writes an
+// unconditional tombstone; a client claiming the session in between has
+// its claim in the log before that tombstone. The claimant owns the
+// session from before its claim is written, reads the tombstone after its
+// own claim, and writes its record again (repair on sight): the session
+// keeps its subscriptions and positions. Here the tombstone is the test's,
+// written after a persistent session's claim and subscription; the record
+// comes back with the subscription, and a resume on another instance gets
+// Session Present 1 and the subscription's messages.
+func TestSweepTombstoneAfterClaimRepaired(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	ca, cb := testConfig(brokers), testConfig(brokers)
+	sharedState(&ca, &cb)
+	a, b := startBridge(t, ca), startBridge(t, cb)
+	id, topic := "swept-"+randHex(4), "swept/"+randHex(4)
+	c := connectPaho(t, a.MQTTAddr(), id, func(o *pahov3.ClientOptions) { o.SetCleanSession(false) })
+	if tok := c.Subscribe(topic, 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	produceAll(t, kgoProducer(t, brokers), []*kgo.Record{{Topic: ca.State.SessionsTopic, Key: []byte(id)}})
+	waitFor(t, 10*time.Second, "the owner to write its record again over the tombstone", func() bool {
+		v, ok := readTable(t, ca.Kafka.Brokers, ca.State.SessionsTopic)[id]
+		if !ok || v == nil {
+			return false
+		}
+		rec, err := state.DecodeSession(v)
+		return err == nil && len(rec.Subs) == 1 && rec.Subs[0].Filter == topic
+	})
+	c.Disconnect(100)
+	waitFor(t, 10*time.Second, "session offline", func() bool { return sessionOffline(a, id) })
+	got := make(chan string, 10)
+	connectPaho(t, b.MQTTAddr(), id, persistentInto(got))
+	pub := connectPaho(t, b.MQTTAddr(), "swept-pub-"+randHex(3))
+	if tok := pub.Publish(topic, 1, false, "after"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish: %v", tok.Error())
+	}
+	waitAll(t, got, "the resumed session's subscription, after the tombstone", "after")
 }

@@ -313,7 +313,13 @@ func (w *willKeeper) expiredDue(now time.Time) map[string]offRef {
 }
 
 // expire reads the table to its end and deletes each record of due that
-// is still the one chosen and expired, waiting for Kafka's answers.
+// is still the one chosen and expired, waiting for Kafka's answers. The
+// tombstone is unconditional (Kafka has no compare-and-set): a claim of
+// the session written between the check and the tombstone lands before
+// it, and its owner, which holds the session from before its claim,
+// writes its record again on reading the tombstone (onChange: repair on
+// sight), subscriptions and positions with it
+// (TestSweepTombstoneAfterClaimRepaired).
 func (w *willKeeper) expire(due map[string]offRef) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*w.timeout)
 	defer cancel()
