@@ -16,11 +16,14 @@ import (
 )
 
 // servingServer is a quiet mochi server with its default capabilities
-// (MaximumMessageExpiryInterval a day), allowing everyone, serving MQTT on
-// a local port; it returns the address.
-func servingServer(t *testing.T) (*mqtt.Server, string) {
+// (MaximumMessageExpiryInterval a day), or maxExpiry when not 0, allowing
+// everyone, serving MQTT on a local port; it returns the address.
+func servingServer(t *testing.T, maxExpiry int64) (*mqtt.Server, string) {
 	t.Helper()
 	s := quietServer()
+	if maxExpiry != 0 {
+		s.Options.Capabilities.MaximumMessageExpiryInterval = maxExpiry
+	}
 	if err := s.AddHook(new(auth.AllowHook), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +118,7 @@ func expiryOf(p *paho.Publish) any {
 // retained. With a maximum of 5 s, a message asking 10 s gets 5 s, and one
 // asking none still gets none.
 func TestNoMessageExpiryUnlessAsked(t *testing.T) {
-	s, addr := servingServer(t)
+	_, addr := servingServer(t, 0)
 	got := make(chan *paho.Publish, 16)
 	sub := v5Client(t, addr, "sub", nil, got, nil)
 	subscribe(t, sub, "e/#")
@@ -135,7 +138,10 @@ func TestNoMessageExpiryUnlessAsked(t *testing.T) {
 		t.Errorf("retained without a Message Expiry Interval, delivered with %v", e)
 	}
 
-	s.Options.Capabilities.MaximumMessageExpiryInterval = 5
+	_, addr = servingServer(t, 5)
+	got = make(chan *paho.Publish, 16)
+	subscribe(t, v5Client(t, addr, "sub", nil, got, nil), "e/#")
+	pub = v5Client(t, addr, "pub", nil, nil, nil)
 	publish(t, pub, &paho.Publish{Topic: "e/capped", QoS: 1, Payload: []byte("z"),
 		Properties: &paho.PublishProperties{MessageExpiry: ptr[uint32](10)}})
 	publish(t, pub, &paho.Publish{Topic: "e/none2", QoS: 1, Payload: []byte("w")})
@@ -154,7 +160,7 @@ func TestNoMessageExpiryUnlessAsked(t *testing.T) {
 // OnQosDropped. The server's once-a-second sweep is watched by a retained
 // message that did ask, and expired: once it is gone, the sweep ran.
 func TestOldMessagesDoNotExpireUnlessAsked(t *testing.T) {
-	s, _ := servingServer(t)
+	s, _ := servingServer(t, 0)
 	now := time.Now().Unix()
 	old := now - 25*3600
 	retained := func(topic string, expiry int64) packets.Packet {
@@ -192,7 +198,7 @@ func TestOldMessagesDoNotExpireUnlessAsked(t *testing.T) {
 // default maximum) for an immediate Will and of 1 (what was left of its
 // delay) for a delayed one.
 func TestWillKeepsItsProperties(t *testing.T) {
-	_, addr := servingServer(t)
+	_, addr := servingServer(t, 0)
 	got := make(chan *paho.Publish, 16)
 	subscribe(t, v5Client(t, addr, "sub", nil, got, nil), "w/#")
 	for _, delay := range []uint32{0, 1} {
