@@ -21,6 +21,7 @@ import (
 
 	"github.com/ferry-bridge/ferry/internal/kafkatest"
 	"github.com/ferry-bridge/ferry/session"
+	"github.com/ferry-bridge/ferry/state"
 )
 
 // sharedState gives a and b the same state topics.
@@ -269,28 +270,28 @@ func TestWillPropertiesKept(t *testing.T) {
 	// A local Will: raw CONNECT (paho.golang packs Will Properties as a
 	// CONNECT's and drops these), then the connection drops.
 	conn := rawConn(t, b.MQTTAddr())
+	id := "wp-" + randHex(3)
 	cp := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 5,
 		Mods:       packets.Mods{AllowResponseInfo: true},
 		Properties: packets.Properties{SessionExpiryInterval: 60, SessionExpiryIntervalFlag: true},
-		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 30, ClientIdentifier: "wp-" + randHex(3),
+		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 30, ClientIdentifier: id,
 			WillFlag: true, WillTopic: base + "/local", WillPayload: []byte("gone"), WillQos: 1, WillProperties: props}}
 	writeConnect(t, conn, cp)
+	// The Will as the session record keeps it, for a survivor to publish
+	// if this instance died.
+	var stored mqtt.Will
+	waitFor(t, 10*time.Second, "the session record with the Will", func() bool {
+		v := readTable(t, b.cfg.Kafka.Brokers, b.cfg.State.SessionsTopic)[id]
+		rec, err := state.DecodeSession(v)
+		return v != nil && err == nil && len(rec.Will) > 0 && json.Unmarshal(rec.Will, &stored) == nil
+	})
 	_ = conn.Close()
 	check("local Will", in.wait(t, 1, 10*time.Second)[0])
 
-	// A survivor's publish of a Will stored in a session record (what the
-	// record keeps: mochi's Will as JSON).
-	w := mqtt.Will{TopicName: base + "/survivor", Payload: []byte("gone"), Qos: 1, Flag: 1, User: props.User,
-		PayloadFormat: 1, PayloadFormatFlag: true, MessageExpiryInterval: 10, ContentType: "text/plain",
-		ResponseTopic: base + "/reply", CorrelationData: []byte("corr")}
-	stored, err := json.Marshal(w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var back mqtt.Will
-	if err := json.Unmarshal(stored, &back); err != nil {
-		t.Fatal(err)
-	}
+	// A survivor's publish of that stored Will (what session/wills.go
+	// hands the bridge once it fenced the dead owner's session).
+	stored.TopicName = base + "/survivor"
+	back := stored
 	b.hook.publishWill("wp-dead-"+randHex(3), 5, back)
 	check("survivor's Will", in.wait(t, 2, 10*time.Second)[1])
 }
