@@ -335,6 +335,10 @@ func (b *Bridge) mochiOptions() *mqtt.Options {
 	// The expiry of 3.1.1 persistent sessions, and the most an MQTT 5
 	// client gets (mochi's CONNACK says so when it asked for more).
 	caps.MaximumSessionExpiryInterval = b.cfg.MQTT.maxSessionExpiry()
+	// A cap on the Message Expiry Interval a publisher asks (0: none);
+	// mochi's default, a day, was applied to every message, asked or not
+	// (FERRY.md change 10 (expiry)).
+	caps.MaximumMessageExpiryInterval = b.cfg.MQTT.maxMessageExpiry()
 	// Acknowledgements carry only their own reason string and user
 	// properties, never the PUBLISH's (a strict client refuses them).
 	caps.Compatibilities.NoInheritedPropertiesOnAck = true

@@ -95,6 +95,12 @@ type MQTTConfig struct {
 	// or gone, by a surviving instance (docs/sessions.md). Default: 2h.
 	// 0: no limit (sessions of 3.1.1 clients are then never ended).
 	MaxSessionExpiry time.Duration `mapstructure:"max_session_expiry" yaml:"max_session_expiry"`
+	// MaxMessageExpiry caps the Message Expiry Interval an MQTT 5 publisher
+	// asks (whole seconds): a message asking for longer expires after this,
+	// and its deliveries say what is left of it. A message that asks none
+	// never expires, whatever this says (MQTT 5 3.3.2.3.3; MQTT 3.1.1 has no
+	// expiry). Default: 0 (no cap).
+	MaxMessageExpiry time.Duration `mapstructure:"max_message_expiry" yaml:"max_message_expiry"`
 	// MaxPacketSize is the largest MQTT packet accepted, in bytes. Default: 1 MiB.
 	MaxPacketSize int `mapstructure:"max_packet_size" yaml:"max_packet_size"`
 	// MaxInflight bounds the QoS 1/2 publishes of one client that wait for
@@ -225,6 +231,12 @@ type KafkaConfig struct {
 	// costs Kafka and the bridge less CPU per record than none (fewer
 	// bytes to copy, checksum and write; docs/benchmarks.md).
 	Compression string `mapstructure:"compression" yaml:"compression"`
+	// IsolationLevel is what the reverse path and the session replays
+	// read of transactional topics: read_committed (only committed
+	// records; an aborted transaction's are never delivered to MQTT) or
+	// read_uncommitted (every record, aborted ones too). Default:
+	// read_committed.
+	IsolationLevel string `mapstructure:"isolation_level" yaml:"isolation_level"`
 	// Partitions and ReplicationFactor apply to topics Ferry creates (its
 	// data topics, the state topics, _ferry_instances). ReplicationFactor
 	// -1 leaves it to the cluster: each broker's default.replication.factor
@@ -373,6 +385,7 @@ func DefaultConfig() Config {
 			MaxBatch:          1000,
 			MaxBatchBytes:     1 << 20,
 			Compression:       "lz4",
+			IsolationLevel:    readCommitted,
 			Partitions:        1,
 			ReplicationFactor: clusterReplicationFactor,
 			MaxCreatedTopics:  1000,
@@ -398,6 +411,18 @@ func (c MQTTConfig) maxSessionExpiry() uint32 {
 		return math.MaxUint32
 	}
 	return uint32(c.MaxSessionExpiry / time.Second)
+}
+
+// The values of kafka.isolation_level.
+const (
+	readCommitted   = "read_committed"
+	readUncommitted = "read_uncommitted"
+)
+
+// maxMessageExpiry is mqtt.max_message_expiry in seconds, as the broker
+// takes it (0: no cap).
+func (c MQTTConfig) maxMessageExpiry() int64 {
+	return int64(c.MaxMessageExpiry / time.Second)
 }
 
 // FieldError names the configuration key and value that are wrong.
@@ -466,6 +491,9 @@ func (c Config) Validate() error {
 	if c.MQTT.MaxSessionExpiry < 0 || c.MQTT.MaxSessionExpiry > math.MaxUint32*time.Second || c.MQTT.MaxSessionExpiry%time.Second != 0 {
 		bad("mqtt.max_session_expiry", c.MQTT.MaxSessionExpiry, "must be whole seconds in 0s..%s (0: no limit)", math.MaxUint32*time.Second)
 	}
+	if c.MQTT.MaxMessageExpiry < 0 || c.MQTT.MaxMessageExpiry > math.MaxUint32*time.Second || c.MQTT.MaxMessageExpiry%time.Second != 0 {
+		bad("mqtt.max_message_expiry", c.MQTT.MaxMessageExpiry, "must be whole seconds in 0s..%s (0: no cap)", math.MaxUint32*time.Second)
+	}
 	if c.MQTT.MaxPacketSize < 64 {
 		bad("mqtt.max_packet_size", c.MQTT.MaxPacketSize, "must be at least 64")
 	}
@@ -504,6 +532,9 @@ func (c Config) Validate() error {
 	}
 	if c.Kafka.MaxBatchBytes < 1024 {
 		bad("kafka.max_batch_bytes", c.Kafka.MaxBatchBytes, "must be at least 1024")
+	}
+	if c.Kafka.IsolationLevel != readCommitted && c.Kafka.IsolationLevel != readUncommitted {
+		bad("kafka.isolation_level", c.Kafka.IsolationLevel, "must be %s or %s", readCommitted, readUncommitted)
 	}
 	if err := producer.CheckCompression(c.Kafka.Compression); err != nil {
 		bad("kafka.compression", c.Kafka.Compression, "%v", err)

@@ -21,7 +21,8 @@ func (c Config) reverseConfig(brokers []string) reverse.Config {
 	return reverse.Config{Brokers: brokers, InstanceID: c.Instance.ID, Topics: c.Reverse.Topics,
 		GroupID: c.Reverse.GroupID, StartOffset: c.Reverse.StartOffset, Refresh: c.Reverse.Refresh,
 		SkipOwn: c.Reverse.SkipOwn, MaxPacketSize: c.MQTT.MaxPacketSize,
-		ClientWritesPending: c.MQTT.ClientWritesPending, ShutdownTimeout: c.ShutdownTimeout, Hold: c.reverseHold}
+		ClientWritesPending: c.MQTT.ClientWritesPending, ShutdownTimeout: c.ShutdownTimeout, Hold: c.reverseHold,
+		ReadUncommitted: c.Kafka.IsolationLevel == readUncommitted}
 }
 
 // reverseGroupID is the reverse consumer's group (reverse.Config.Group).

@@ -34,7 +34,8 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 		ConnectTimeout: max(b.cfg.State.ConnectTimeout, b.cfg.Kafka.AckTimeout),
 		InstanceLapse:  b.cfg.State.InstanceLapse, MaxQueued: b.cfg.State.MaxQueued, ReplaySlots: b.replaySlots,
 		SessionOwner: b.cfg.MQTT.sessionOwner(), MaxSessions: b.cfg.MQTT.MaxSessions,
-		MaxSessionsPerUser: b.cfg.MQTT.maxSessionsPerUser()}
+		MaxSessionsPerUser: b.cfg.MQTT.maxSessionsPerUser(),
+		ReadUncommitted:    b.cfg.Kafka.IsolationLevel == readUncommitted}
 	if len(b.cfg.Reverse.Topics) > 0 && b.cfg.Reverse.GroupID == "" {
 		cfg.ReverseGroup = reverseGroupID(b.cfg)
 	}
@@ -99,10 +100,12 @@ func (h *hook) publishWill(client string, protocol byte, w mqtt.Will) {
 		FixedHeader: packets.FixedHeader{Type: packets.Publish, Retain: w.Retain, Qos: w.Qos},
 		TopicName:   w.TopicName,
 		Payload:     w.Payload,
-		Properties:  packets.Properties{User: w.User},
+		Properties:  mqtt.WillProperties(w), // 3.1.3.2, all of them
 		Origin:      client,
 		Created:     time.Now().Unix(),
 	}
+	// The Will's own Message Expiry Interval, from now (none: never).
+	h.server.SetMessageExpiry(&pk)
 	if protocol == 0 {
 		protocol = 4
 	}
@@ -110,7 +113,7 @@ func (h *hook) publishWill(client string, protocol byte, w mqtt.Will) {
 	defer h.locals.put(lp)
 	lp.cl.ID = client
 	lp.cl.Properties.ProtocolVersion = protocol
-	lp.created, lp.expiry = pk.Created, 0
+	lp.created, lp.expiry = pk.Created, pk.Expiry
 	pk.ProtocolVersion = protocol
 	h.OnWillSent(lp.cl, pk)
 	out := pk

@@ -42,6 +42,10 @@ type Config struct {
 	// ClientWritesPending is mqtt.client_writes_pending: with mochi's
 	// MaximumInflight it sets the pacing limit (half the smaller).
 	ClientWritesPending int
+	// ReadUncommitted is kafka.isolation_level read_uncommitted: the
+	// records of open and aborted transactions are delivered too. By
+	// default (read_committed) only committed records are.
+	ReadUncommitted bool
 	// ShutdownTimeout is shutdown_timeout: half of it (at most 5s) bounds
 	// the final commit.
 	ShutdownTimeout time.Duration

@@ -121,6 +121,9 @@ func (r *Consumer) kgoOpts(log *slog.Logger, startAt time.Time, commitSafe func(
 		// Transaction markers come as records (handle skips them), so that
 		// what has been handed out reaches a partition's end offset.
 		kgo.KeepControlRecords(),
+		// Committed records only (kafka.isolation_level): an aborted
+		// transaction's records are never delivered.
+		kgo.FetchIsolationLevel(isolation(cfg.ReadUncommitted)),
 		// Commit only what the committer marked safe, in the background.
 		kgo.AutoCommitMarks(),
 		kgo.AutoCommitInterval(reverseCommitInterval),
@@ -149,4 +152,13 @@ func forgetLag(m Metrics, parts map[string][]int32) {
 			m.Lag.DeleteLabelValues(topic, strconv.Itoa(int(p)))
 		}
 	}
+}
+
+// isolation is the fetch isolation level: read_committed unless
+// uncommitted (kafka.isolation_level).
+func isolation(uncommitted bool) kgo.IsolationLevel {
+	if uncommitted {
+		return kgo.ReadUncommitted()
+	}
+	return kgo.ReadCommitted()
 }

@@ -30,10 +30,9 @@ import (
 // when a session resumes (OnSessionEstablish, before mochi copies and resends
 // the in-flight messages) it rewrites their Created fields to consecutive
 // seconds in sequence order, so that mochi's own sort yields that order; the
-// resend sets DUP. The n rewritten Created values lie in the 2n seconds
-// before the resume, so mochi's forced expiry of old in-flight messages
-// (MaximumMessageExpiryInterval, a day) moves by at most 2n seconds (n <=
-// 8192, mochi's in-flight cap).
+// resend sets DUP. Created no longer decides any expiry (mochi change 10
+// (expiry): a message expires by the Expiry its publisher asked), so the
+// rewrite moves none.
 //
 // A session takeover also has a window in which a delivery could land on the
 // old connection after its messages were copied (and be dropped with it) or

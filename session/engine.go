@@ -54,6 +54,11 @@ type Config struct {
 	// InstanceLapse is how long an instance may go unheard before its
 	// clients' Wills are published (state.instance_lapse).
 	InstanceLapse time.Duration
+	// ReadUncommitted makes the replays read the records of open and
+	// aborted Kafka transactions too (kafka.isolation_level
+	// read_uncommitted); by default they read committed records only, to
+	// the last stable offset.
+	ReadUncommitted bool
 	// MaxQueued caps the new messages a resume's first pass delivers
 	// (state.max_queued; 0: no cap).
 	MaxQueued int
@@ -224,7 +229,7 @@ func Open(cfg Config, d Deps) (*Engine, error) {
 		slots = cfg.ReplaySlots
 	}
 	hook.replays = &replayer{h: hook, log: d.Log.With("component", "replay"), tm: d.Topics,
-		reads: newReads(admin), topics: newTopicLister(lister),
+		reads: newReads(admin, !cfg.ReadUncommitted), topics: newTopicLister(lister),
 		isReverse: isReverse, slots: make(chan struct{}, slots), metrics: sm, stop: e.stop,
 		closes: closeWatch{stop: e.stop}, maxQueued: cfg.MaxQueued, queueDrops: d.QueueDrops}
 	if dl := d.Log.With("component", "replay"); dl.Enabled(context.Background(), slog.LevelDebug) {
@@ -255,7 +260,7 @@ func Open(cfg Config, d Deps) (*Engine, error) {
 	e.done = make(chan struct{})
 	var horizon *horizonWatch
 	if hook.reverse != nil {
-		horizon = &horizonWatch{progress: hook.reverse, admin: adm, topics: hook.replays.topics,
+		horizon = &horizonWatch{progress: hook.reverse, admin: adm, listEnds: hook.replays.reads.listEnds, topics: hook.replays.topics,
 			log: d.Log.With("component", "replay"), group: cfg.ReverseGroup}
 	}
 	go func() {

@@ -658,9 +658,26 @@ func (h *sessionHook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
 	}
 }
 
-// OnQosDropped: mochi gave up a delivery (expired): not redelivered either.
+// OnQosDropped: mochi gave up a packet in flight. A PUBLISH it dropped
+// (the in-flight sweep's drop of a delivery whose expiry passed, or a
+// clearing of the client's in-flight packets) is not an acknowledgement:
+// the session's position stays at the message, as for OnPublishDropped,
+// so its next resume reads it again (and leaves it out if it has expired
+// by then, replay.go), counted. A PUBREC with an error reason code is the
+// client's answer (MQTT 5 4.13.2: the message is not sent again), and a
+// PUBREL means the client had the message: acknowledged, as before. The
+// sweep reports each drop twice, the second time as a bare packet id
+// (mochi's Server.clearExpiredInflights): that one is ignored (the id may
+// be another delivery's by then).
 func (h *sessionHook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
-	h.acked(cl, pk.PacketID)
+	switch pk.FixedHeader.Type {
+	case packets.Publish:
+		if o := h.ownedBy(cl); o != nil && o.pos != nil && o.pos.droppedID(pk.PacketID) {
+			h.metrics.inflightDropped.Inc()
+		}
+	case packets.Pubrec, packets.Pubrel:
+		h.acked(cl, pk.PacketID)
+	}
 }
 
 func (h *sessionHook) acked(cl *mqtt.Client, pid uint16) {

@@ -25,6 +25,7 @@ const horizonEvery = 5 * time.Second
 type horizonWatch struct {
 	progress *ReverseProgress
 	admin    *kadm.Client
+	listEnds func(ctx context.Context, topics ...string) (kadm.ListedOffsets, error) // reads.listEnds
 	topics   *topicLister
 	group    string // "" when the reverse group is shared
 	log      *slog.Logger
@@ -61,7 +62,7 @@ func (w *horizonWatch) check(ctx context.Context) error {
 	}
 	ends := map[tp]int64{}
 	if len(consumed) > 0 {
-		listed, err := w.admin.ListEndOffsets(ctx, consumed...)
+		listed, err := w.listEnds(ctx, consumed...)
 		if err == nil {
 			err = listed.Error()
 		}

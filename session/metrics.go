@@ -33,6 +33,9 @@ type stateMetrics struct {
 	liveCopies     prometheus.Counter
 	wills          *prometheus.CounterVec
 	willsDenied    prometheus.Counter // dead instances' clients' Wills their user's ACL denies
+	// inflightDropped counts deliveries mochi dropped from flight (their
+	// expiry passed): kept owed, not acknowledged (OnQosDropped).
+	inflightDropped prometheus.Counter
 }
 
 func newStateMetrics(reg prometheus.Registerer) (*stateMetrics, error) {
@@ -72,6 +75,8 @@ func newStateMetrics(reg prometheus.Registerer) (*stateMetrics, error) {
 			Help: "Live deliveries to resumed sessions not written because the session's replay had delivered the same Kafka record (the reverse path handing out below the replay's end: lagging, or a topic it found after the resume)."}),
 		wills: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_wills_published_total",
 			Help: "Wills this instance published on behalf of another, by reason (dead_instance: the client's instance stopped heartbeating)."}, []string{"reason"}),
+		inflightDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_sessions_inflight_dropped_total",
+			Help: "Deliveries to persistent sessions the broker dropped from flight unacknowledged (the message's expiry passed): the session's position stays at them, its next resume reads them again."}),
 	}
 	m.wills.WithLabelValues("dead_instance")
 	m.willsDenied = prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_wills_denied_total",
@@ -86,7 +91,7 @@ func newStateMetrics(reg prometheus.Registerer) (*stateMetrics, error) {
 	m.replayedNew, m.replayedDup = m.replayed.WithLabelValues("new"), m.replayed.WithLabelValues("duplicate")
 	for _, c := range []prometheus.Collector{m.writes, m.writeSeconds, m.connectWrite, m.subscribeWrite, m.resumed,
 		m.subsDenied, m.takenOver, m.repaired, m.refused, m.retainedWrites, m.replayed, m.replayFirst, m.replayDuration, m.replayRead, m.liveCopies, m.wills,
-		m.denied, m.willsDenied} {
+		m.denied, m.willsDenied, m.inflightDropped} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("state metrics: %w", err)
 		}

@@ -301,6 +301,15 @@ func (p *sessionPositions) dropped(c Coord) bool {
 	return true
 }
 
+// droppedID is dropped for the delivery pending under packet id pid (mochi
+// dropped it from flight); false: none was pending under pid.
+func (p *sessionPositions) droppedID(pid uint16) bool {
+	p.mu.Lock()
+	c, ok := p.pending[pid]
+	p.mu.Unlock()
+	return ok && p.dropped(c)
+}
+
 // takeDropped reports, once, whether the delivery of the message at c was
 // dropped while a replay read its partition.
 func (p *sessionPositions) takeDropped(c Coord) bool {

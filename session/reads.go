@@ -46,8 +46,14 @@ import (
 type reads struct {
 	cl  *kgo.Client
 	adm *kadm.Client
-	// listEnds lists end offsets (adm.ListEndOffsets; a test's own).
+	// listEnds lists end offsets (adm.ListCommittedOffsets, the last
+	// stable offsets, when committed; else adm.ListEndOffsets; a test's
+	// own).
 	listEnds func(ctx context.Context, topics ...string) (kadm.ListedOffsets, error)
+	// committed: fetches read committed records only (isolation level
+	// read_committed): an aborted transaction's records are left out, an
+	// open one's wait for its end.
+	committed bool
 
 	mu       sync.Mutex
 	nextEnds *endsRound // the listing the next endOffsets call joins
@@ -84,10 +90,14 @@ const (
 // (a leader moving, a broker gone).
 const readsRetry = 50 * time.Millisecond
 
-func newReads(cl *kgo.Client) *reads {
+func newReads(cl *kgo.Client, committed bool) *reads {
 	adm := kadm.NewClient(cl)
-	return &reads{cl: cl, adm: adm, listEnds: adm.ListEndOffsets, fetches: map[tp][]*fetchWait{}, leaders: map[string]topicMeta{},
-		answered: map[timeKey]timeAnswer{}}
+	listEnds := adm.ListEndOffsets
+	if committed {
+		listEnds = adm.ListCommittedOffsets
+	}
+	return &reads{cl: cl, adm: adm, listEnds: listEnds, committed: committed, fetches: map[tp][]*fetchWait{},
+		leaders: map[string]topicMeta{}, answered: map[timeKey]timeAnswer{}}
 }
 
 // endsRound is one listing of end offsets shared by its callers.
@@ -655,6 +665,9 @@ func (r *reads) fetchRound(from map[tp]int64) (map[tp]fetched, bool) {
 			req = kmsg.NewPtrFetchRequest()
 			req.ReplicaID, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = -1, 0, 1, readsRequestBytes
 			req.SessionEpoch = -1
+			if r.committed {
+				req.IsolationLevel = 1 // read_committed: up to the last stable offset, with the aborted transactions
+			}
 			reqs[leader] = req
 		}
 		i := len(req.Topics) - 1
@@ -690,6 +703,10 @@ func (r *reads) fetchRound(from map[tp]int64) (map[tp]fetched, bool) {
 			results <- result{leader, req, fr, err}
 		}()
 	}
+	iso := kgo.ReadUncommitted()
+	if r.committed {
+		iso = kgo.ReadCommitted()
+	}
 	progress := false
 	for range reqs {
 		res := <-results
@@ -716,11 +733,18 @@ func (r *reads) fetchRound(from map[tp]int64) (map[tp]fetched, bool) {
 				if !asked {
 					continue
 				}
+				// read_committed: the aborted transactions' records are
+				// left out (their markers stay), and the end is the last
+				// stable offset.
 				fp, _ := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{KeepControlRecords: true, Offset: off,
-					Topic: name, Partition: rp.Partition}, rp, kgo.DefaultDecompressor(), nil)
+					IsolationLevel: iso, Topic: name, Partition: rp.Partition}, rp, kgo.DefaultDecompressor(), nil)
+				hwm := rp.HighWatermark
+				if r.committed && rp.LastStableOffset >= 0 {
+					hwm = rp.LastStableOffset
+				}
 				switch {
 				case errors.Is(fp.Err, kerr.OffsetOutOfRange) && off < rp.LogStartOffset:
-					answers[k] = fetched{hwm: rp.HighWatermark, logStart: rp.LogStartOffset}
+					answers[k] = fetched{hwm: hwm, logStart: rp.LogStartOffset}
 				case fp.Err != nil && kerr.IsRetriable(fp.Err):
 					r.mu.Lock()
 					delete(r.leaders, name)
@@ -729,7 +753,7 @@ func (r *reads) fetchRound(from map[tp]int64) (map[tp]fetched, bool) {
 				case fp.Err != nil:
 					answers[k] = fetched{err: fmt.Errorf("fetch %s/%d: %w", name, rp.Partition, fp.Err), logStart: -1}
 				default:
-					answers[k] = fetched{recs: fp.Records, hwm: rp.HighWatermark, logStart: -1}
+					answers[k] = fetched{recs: fp.Records, hwm: hwm, logStart: -1}
 				}
 				progress = true
 			}

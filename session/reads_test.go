@@ -97,7 +97,7 @@ func sharedFetches(t *testing.T, brokers []string, fetches *atomic.Int64) {
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	r := newReads(cl)
+	r := newReads(cl, false)
 	k := tp{topic, 0}
 	ends, err := r.endOffsets(ctx, []string{topic}, false)
 	if err != nil || ends[k] != n {
@@ -184,7 +184,7 @@ func sharedFetches(t *testing.T, brokers []string, fetches *atomic.Int64) {
 // knows. (A high watermark of 34 from a round started before the caller
 // listed an end of 40 read as "nothing more": 34-39 were skipped.)
 func TestFetchAskedDuringARoundWaitsForTheNext(t *testing.T) {
-	r := newReads(nil)
+	r := newReads(nil, false)
 	k := tp{"t", 0}
 	early := &fetchWait{off: 34, ans: make(chan fetched, 1), joined: 0}
 	late := &fetchWait{off: 34, ans: make(chan fetched, 1), joined: 1}
@@ -241,7 +241,7 @@ func TestOffsetsAfterKeepsAnswers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := newReads(cl)
+	r := newReads(cl, false)
 	k := tp{topic, 0}
 	ask := func(ms int64) int64 {
 		t.Helper()

@@ -556,8 +556,14 @@ func (rs *replayRun) deliver(ctx context.Context, rec *kgo.Record, hdrs []topicm
 	}
 	now := time.Now()
 	var expiry uint32
-	if std.Expiry > 0 {
-		left := rec.Timestamp.Add(time.Duration(std.Expiry) * time.Second).Sub(now)
+	if asked := int64(std.Expiry); asked > 0 {
+		// What the publisher asked, capped as mochi caps it when it
+		// receives a message (mqtt.max_message_expiry, 0: none); a
+		// message that asked none never expires.
+		if limit := rs.r.h.server.Options.Capabilities.MaximumMessageExpiryInterval; limit > 0 {
+			asked = min(asked, limit)
+		}
+		left := rec.Timestamp.Add(time.Duration(asked) * time.Second).Sub(now)
 		if left <= 0 {
 			return nil // expired while queued [MQTT-3.3.2-5]
 		}

@@ -43,6 +43,25 @@ type RetainedValue struct {
 	ProtocolVersion byte            `json:"protocol"`
 }
 
+// expiry is when the message expires (unix seconds; 0: never): what its
+// publisher asked (the Message Expiry Interval stored with it) from when it
+// was received, capped by limit (mqtt.max_message_expiry, 0: none), as
+// mochi sets it on a message it receives (Server.SetMessageExpiry). Ferry
+// before mochi change 10 (expiry) wrote mochi's default maximum, a day
+// after the message was received, into the record of every message that
+// asked none (MQTT 3.1.1's and Wills' included), and capped what was asked
+// at a day: such records are served again, as asked.
+func (rv *RetainedValue) expiry(limit int64) int64 {
+	asked := int64(rv.Msg.Properties.MessageExpiryInterval)
+	if asked == 0 {
+		return 0
+	}
+	if limit > 0 {
+		asked = min(asked, limit)
+	}
+	return rv.Msg.Created + asked
+}
+
 func newRetained(log *slog.Logger, server *mqtt.Server, m *stateMetrics) *Retained {
 	log = log.With("component", "retained")
 	return &Retained{log: log, server: server, metrics: m, logs: ratelimit.New(log, 10*time.Second)}
@@ -66,16 +85,26 @@ func (r *Retained) apply(topic string, v []byte) bool {
 		return false
 	}
 	pk := rv.Msg.ToPacket()
-	pk.Expiry, pk.ProtocolVersion = rv.Expiry, rv.ProtocolVersion
 	pk.FixedHeader.Retain = true
 	if pk.Created == 0 {
-		// mochi removes a retained message older than the maximum message
-		// expiry every second, and a creation time of 0 is 56 years old:
-		// a record written without one (the reverse path's before) would
-		// vanish from the broker a second after it arrived.
+		// A record written without a creation time (the reverse path's
+		// before): mochi removed a retained message older than its maximum
+		// message expiry every second, and a creation time of 0 is 56 years
+		// old; an expiry asked counts from now.
 		pk.Created = time.Now().Unix()
+		rv.Msg.Created = pk.Created
 	}
+	pk.Expiry = rv.expiry(r.server.Options.Capabilities.MaximumMessageExpiryInterval)
+	pk.ProtocolVersion = rv.ProtocolVersion
 	if len(pk.Payload) == 0 {
+		return false
+	}
+	if pk.Expiry > 0 && pk.Expiry <= time.Now().Unix() {
+		// Expired before it was read [MQTT-3.3.2-5] (a record read at a
+		// start, or aged while Kafka held it): mochi's sweep would remove
+		// it within a second, and serve it to a SUBSCRIBE meanwhile.
+		r.server.Topics.RetainMessage(packets.Packet{TopicName: topic})
+		atomic.StoreInt64(&r.server.Info.Retained, int64(r.server.Topics.Retained.Len()))
 		return false
 	}
 	r.server.Topics.RetainMessage(pk)

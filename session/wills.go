@@ -318,7 +318,13 @@ func (w *willKeeper) expiredDue(now time.Time) map[string]offRef {
 }
 
 // expire reads the table to its end and deletes each record of due that
-// is still the one chosen and expired, waiting for Kafka's answers.
+// is still the one chosen and expired, waiting for Kafka's answers. The
+// tombstone is unconditional (Kafka has no compare-and-set): a claim of
+// the session written between the check and the tombstone lands before
+// it, and its owner, which holds the session from before its claim,
+// writes its record again on reading the tombstone (onChange: repair on
+// sight), subscriptions and positions with it
+// (TestSweepTombstoneAfterClaimRepaired).
 func (w *willKeeper) expire(due map[string]offRef) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*w.timeout)
 	defer cancel()
@@ -390,6 +396,8 @@ func (w *willKeeper) saw(k string, rec *state.Session) {
 	}
 	if e, ok := w.handled[k]; ok && (rec == nil || rec.Epoch > e) {
 		delete(w.handled, k) // the session moved on (reconnected, or ended)
+	} else if ok && rec.Connected && rec.Epoch < e {
+		w.refence(k, e)
 	}
 	p := w.pending[k]
 	if p == nil {
@@ -536,6 +544,53 @@ func (w *willKeeper) fence(k string, p *pendingWill, log *slog.Logger) *state.Se
 	w.mu.Unlock()
 	log.Debug("dead owner's session fenced", "fence_epoch", f.Epoch)
 	return cur
+}
+
+// refence writes the fence of epoch (this instance's, of k) again over a
+// record of the fenced owner that landed after it (w.mu held): a write that
+// was on its way when the fence landed (a checkpoint, of an owner cut off
+// from Kafka's heartbeats but still running). It says connected, with an
+// epoch below the fence's: the owner, which read the fence, takes it for
+// its own late write that a new owner repairs (lostSessions), but a fence
+// has no owner to repair it, so the session would stay connected for good
+// (a connected record never expires) and its Will was published already.
+// The rewrite keeps the late record's content (its positions are the
+// newest) and is the fence again: disconnected, epoch, WillBy this
+// instance; the Will is not published again.
+func (w *willKeeper) refence(k string, epoch int64) {
+	select {
+	case <-w.stop:
+		return // stopping: wait() may be under way
+	default:
+	}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*w.timeout)
+		defer cancel()
+		if err := w.table.Sync(ctx); err != nil {
+			w.log.Warn("fenced owner's late write: table not read to its end", "client", k, "err", err)
+			return
+		}
+		cur := w.lookup(ctx, k)
+		if cur == nil || !cur.Connected || cur.Epoch >= epoch {
+			return // repaired already, or the session moved on
+		}
+		f := *cur
+		f.Connected, f.Disconnected, f.Epoch, f.WillBy = false, time.Now().UnixMilli(), epoch, w.id
+		v, err := f.Encode()
+		if err == nil {
+			err = w.table.Put(ctx, k, v)
+		}
+		if err != nil {
+			w.log.Warn("fenced owner's late write not overwritten", "client", k, "err", err)
+			return
+		}
+		if w.metrics != nil {
+			w.metrics.repaired.Inc()
+		}
+		w.log.Info("fenced again a session whose dead owner's late write said connected", "client", k, "owner", cur.Owner, "epoch", cur.Epoch)
+	}()
 }
 
 // expiresAt is when (unix ms) rec, disconnected, expires; 0: a tombstone,

@@ -140,6 +140,14 @@ type Will struct {
 	WillDelayInterval uint32                 // -
 	Qos               byte                   // -
 	Retain            bool                   // -
+	// Ferry: the Will Properties a Will Message is published with (3.1.3.2);
+	// upstream kept only the user properties.
+	PayloadFormat         byte   `json:",omitempty"`
+	PayloadFormatFlag     bool   `json:",omitempty"`
+	MessageExpiryInterval uint32 `json:",omitempty"`
+	ContentType           string `json:",omitempty"`
+	ResponseTopic         string `json:",omitempty"`
+	CorrelationData       []byte `json:",omitempty"`
 }
 
 // ClientState tracks the state of the client.
@@ -258,6 +266,13 @@ func (cl *Client) ParseConnect(lid string, pk packets.Packet) {
 			TopicName:         pk.Connect.WillTopic,
 			WillDelayInterval: pk.Connect.WillProperties.WillDelayInterval,
 			User:              pk.Connect.WillProperties.User,
+			// Ferry: the rest of the Will Properties too.
+			PayloadFormat:         pk.Connect.WillProperties.PayloadFormat,
+			PayloadFormatFlag:     pk.Connect.WillProperties.PayloadFormatFlag,
+			MessageExpiryInterval: pk.Connect.WillProperties.MessageExpiryInterval,
+			ContentType:           pk.Connect.WillProperties.ContentType,
+			ResponseTopic:         pk.Connect.WillProperties.ResponseTopic,
+			CorrelationData:       pk.Connect.WillProperties.CorrelationData,
 		}
 		if pk.Properties.SessionExpiryIntervalFlag &&
 			pk.Properties.SessionExpiryInterval < pk.Connect.WillProperties.WillDelayInterval {
@@ -352,9 +367,11 @@ func (cl *Client) ClearInflights() {
 }
 
 // ClearExpiredInflights deletes any inflight messages which have expired.
+// Ferry: maximumExpiry is unused; a message's Expiry is capped when it is
+// received (Server.SetMessageExpiry), and one that asked none never expires.
 func (cl *Client) ClearExpiredInflights(now, maximumExpiry int64) []uint16 {
 	deleted := []uint16{}
-	for _, tk := range cl.State.Inflight.expired(now, maximumExpiry) {
+	for _, tk := range cl.State.Inflight.expired(now) {
 		if ok := cl.State.Inflight.Delete(tk.PacketID); ok {
 			cl.ops.hooks.OnQosDropped(cl, tk)
 			atomic.AddInt64(&cl.ops.info.Inflight, -1)

@@ -122,16 +122,15 @@ func (i *Inflight) GetAll(immediate bool) []packets.Packet {
 // expired returns the inflight packets Client.ClearExpiredInflights drops,
 // in GetAll's order (Ferry: it looked at a sorted copy of every inflight
 // packet of every client, every second, to find the few that expired).
-func (i *Inflight) expired(now, maximumExpiry int64) []packets.Packet {
+func (i *Inflight) expired(now int64) []packets.Packet {
 	i.RLock()
 	var m []packets.Packet
 	for _, tk := range i.internal {
-		expired := tk.ProtocolVersion == 5 && tk.Expiry > 0 && tk.Expiry < now // [MQTT-3.3.2-5]
-
-		// If the maximum message expiry interval is set (greater than 0), and the message
-		// retention period exceeds the maximum expiry, the message will be forcibly removed.
-		enforced := maximumExpiry > 0 && now-tk.Created > maximumExpiry
-		if expired || enforced {
+		// Ferry: only an expiry the publisher asked (capped when received,
+		// Server.SetMessageExpiry); upstream also dropped every delivery
+		// older than the maximum message expiry, asked or not (a day by
+		// default).
+		if tk.ProtocolVersion == 5 && tk.Expiry > 0 && tk.Expiry < now { // [MQTT-3.3.2-5]
 			m = append(m, *tk)
 		}
 	}

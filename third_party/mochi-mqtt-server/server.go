@@ -907,11 +907,7 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 
 	pk.Origin = cl.ID
 	pk.Created = time.Now().Unix()
-
-	if expiry := minimum(s.Options.Capabilities.MaximumMessageExpiryInterval,
-		int64(pk.Properties.MessageExpiryInterval)); expiry > 0 {
-		pk.Expiry = pk.Created + expiry
-	}
+	s.SetMessageExpiry(&pk) // Ferry: only what the publisher asked
 
 	if !cl.Net.Inline {
 		if typ, ok := cl.State.Inflight.typeOf(pk.PacketID); ok { // Ferry: not an 800-byte copy
@@ -1015,10 +1011,7 @@ func (s *Server) publishToSubscribers(pk packets.Packet) {
 	}
 
 	if pk.Expiry == 0 {
-		if expiry := minimum(s.Options.Capabilities.MaximumMessageExpiryInterval,
-			int64(pk.Properties.MessageExpiryInterval)); expiry > 0 {
-			pk.Expiry = pk.Created + expiry
-		}
+		s.SetMessageExpiry(&pk) // Ferry: only what the publisher asked
 	}
 
 	subscribers := s.Topics.Subscribers(pk.TopicName)
@@ -1175,7 +1168,9 @@ func (s *Server) buildAck(packetID uint16, pkt, qos byte, properties packets.Pro
 		ReasonCode: reason.Code, // [MQTT-3.4.2-1]
 		Properties: properties,
 		Created:    time.Now().Unix(),
-		Expiry:     time.Now().Unix() + s.Options.Capabilities.MaximumMessageExpiryInterval,
+		// Ferry: no Expiry; an acknowledgement in flight (a PUBREL) is
+		// resent until answered, and upstream's day-long one was sent as a
+		// Message Expiry Interval by WritePacket's rule.
 	}
 
 	return pk
@@ -1555,13 +1550,11 @@ func (s *Server) sendLWT(cl *Client) {
 			Retain: modifiedLWT.Retain, // [MQTT-3.1.2-14] [MQTT-3.1.2-15]
 			Qos:    modifiedLWT.Qos,
 		},
-		TopicName: modifiedLWT.TopicName,
-		Payload:   modifiedLWT.Payload,
-		Properties: packets.Properties{
-			User: modifiedLWT.User,
-		},
-		Origin:  cl.ID,
-		Created: time.Now().Unix(),
+		TopicName:  modifiedLWT.TopicName,
+		Payload:    modifiedLWT.Payload,
+		Properties: WillProperties(modifiedLWT), // Ferry: all of them, not only User
+		Origin:     cl.ID,
+		Created:    time.Now().Unix(),
 	}
 
 	if cl.Properties.Will.WillDelayInterval > 0 {
@@ -1571,6 +1564,7 @@ func (s *Server) sendLWT(cl *Client) {
 		return
 	}
 
+	s.SetMessageExpiry(&pk) // Ferry: the retained copy expires with it
 	if pk.FixedHeader.Retain {
 		s.retainMessage(cl, pk)
 	}
@@ -1578,6 +1572,16 @@ func (s *Server) sendLWT(cl *Client) {
 	s.publishToSubscribers(pk)                      // [MQTT-3.1.2-8]
 	atomic.StoreUint32(&cl.Properties.Will.Flag, 0) // [MQTT-3.1.2-10]
 	s.hooks.OnWillSent(cl, pk)
+}
+
+// WillProperties are the properties w's Will Message is published with
+// (3.1.3.2: the Will Properties but the Will Delay Interval). Ferry.
+func WillProperties(w Will) packets.Properties {
+	return packets.Properties{
+		PayloadFormat: w.PayloadFormat, PayloadFormatFlag: w.PayloadFormatFlag,
+		MessageExpiryInterval: w.MessageExpiryInterval, ContentType: w.ContentType,
+		ResponseTopic: w.ResponseTopic, CorrelationData: w.CorrelationData, User: w.User,
+	}
 }
 
 // readStore reads in any data from the persistent datastore (if applicable).
@@ -1689,7 +1693,10 @@ func (s *Server) loadClients(v []storage.Client) {
 			User:                      c.Properties.User,
 			MaximumPacketSize:         c.Properties.MaximumPacketSize,
 		}
-		cl.Properties.Will = Will(c.Will)
+		cl.Properties.Will = Will{ // Ferry: Will has more fields than storage keeps
+			Payload: c.Will.Payload, User: c.Will.User, TopicName: c.Will.TopicName, Flag: c.Will.Flag,
+			WillDelayInterval: c.Will.WillDelayInterval, Qos: c.Will.Qos, Retain: c.Will.Retain,
+		}
 
 		// cancel the context, update cl.State such as disconnected time and stopCause.
 		cl.Stop(packets.ErrServerShuttingDown)
@@ -1745,14 +1752,10 @@ func (s *Server) clearExpiredClients(dt int64) {
 // clearExpiredRetainedMessage deletes retained messages from topics if they have expired.
 func (s *Server) clearExpiredRetainedMessages(now int64) {
 	for filter, pk := range s.Topics.Retained.GetAll() {
-		expired := pk.ProtocolVersion == 5 && pk.Expiry > 0 && pk.Expiry < now // [MQTT-3.3.2-5]
-
-		// If the maximum message expiry interval is set (greater than 0), and the message
-		// retention period exceeds the maximum expiry, the message will be forcibly removed.
-		enforced := s.Options.Capabilities.MaximumMessageExpiryInterval > 0 &&
-			now-pk.Created > s.Options.Capabilities.MaximumMessageExpiryInterval
-
-		if expired || enforced {
+		// Ferry: only an expiry the publisher asked (capped by
+		// MaximumMessageExpiryInterval when it was received, SetMessageExpiry);
+		// upstream removed every message older than the maximum, asked or not.
+		if pk.ProtocolVersion == 5 && pk.Expiry > 0 && pk.Expiry < now { // [MQTT-3.3.2-5]
 			s.Topics.Retained.Delete(filter)
 			s.hooks.OnRetainedExpired(filter)
 		}
@@ -1774,6 +1777,11 @@ func (s *Server) clearExpiredInflights(now int64) {
 func (s *Server) sendDelayedLWT(dt int64) {
 	for id, pk := range s.loop.willDelayed.GetAll() {
 		if dt > pk.Expiry {
+			// Ferry: Expiry held the time to send it; the Will's own
+			// Message Expiry Interval counts from now (upstream sent the
+			// send time's remainder, 1 s, as the message's expiry).
+			pk.Created, pk.Expiry = dt, 0
+			s.SetMessageExpiry(&pk)
 			s.publishToSubscribers(pk) // [MQTT-3.1.2-8]
 			if cl, ok := s.Clients.Get(id); ok {
 				if pk.FixedHeader.Retain {
@@ -1785,6 +1793,20 @@ func (s *Server) sendDelayedLWT(dt int64) {
 			s.loop.willDelayed.Delete(id)
 		}
 	}
+}
+
+// SetMessageExpiry sets pk.Expiry (unix seconds) from the Message Expiry
+// Interval its publisher asked, counted from pk.Created and capped by
+// Capabilities.MaximumMessageExpiryInterval (0: no cap). A message that asked
+// none never expires (MQTT 5 3.3.2.3.3; MQTT 3.1.1 has no expiry) and gets
+// none: Ferry, where upstream applied the maximum as a default to every
+// message (a day), and sent it as the message's Message Expiry Interval.
+func (s *Server) SetMessageExpiry(pk *packets.Packet) {
+	if pk.Properties.MessageExpiryInterval == 0 {
+		return
+	}
+	pk.Expiry = pk.Created + minimum(s.Options.Capabilities.MaximumMessageExpiryInterval,
+		int64(pk.Properties.MessageExpiryInterval))
 }
 
 // Int64toa converts an int64 to a string.
