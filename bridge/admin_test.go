@@ -1,0 +1,198 @@
+package bridge
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/ferry-bridge/ferry/admin"
+	"github.com/ferry-bridge/ferry/internal/kafkatest"
+)
+
+// adminCall makes one admin API request to p with token ("" for none)
+// and decodes the JSON answer into out (nil: not decoded); it returns the
+// status, and fails the test when the body is not JSON.
+func adminCall(t *testing.T, p *ferryProcess, token, method, path string, out any) int {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+p.HTTPAddr+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	cl := http.Client{Timeout: 20 * time.Second}
+	res, err := cl.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s on %s: %v", method, path, p.name, err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct := res.Header.Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("%s %s on %s: %s with Content-Type %q: %s", method, path, p.name, res.Status, ct, body)
+	}
+	var any map[string]any
+	if err := json.Unmarshal(body, &any); err != nil {
+		t.Fatalf("%s %s on %s: %s, not a JSON object: %s", method, path, p.name, res.Status, body)
+	}
+	if res.StatusCode >= 400 && any["error"] == "" {
+		t.Fatalf("%s %s on %s: %s without an error message: %s", method, path, p.name, res.Status, body)
+	}
+	if out != nil && res.StatusCode < 400 {
+		if err := json.Unmarshal(body, out); err != nil {
+			t.Fatalf("%s %s on %s: %v: %s", method, path, p.name, err, body)
+		}
+	}
+	return res.StatusCode
+}
+
+// TestAdminAPIAcrossInstances runs the admin API against three cmd/bridge
+// processes on the real Kafka: each lists the three; a client connected to
+// b is found through a and disconnected through a (MQTT 5: DISCONNECT
+// 0x98, within 2 s); requests without the token,
+// with a wrong one, and with a bad path get 401 / 404 with a JSON error;
+// the route of an MQTT topic is what the forward path writes, and the
+// route of that Kafka topic leads back to it.
+func TestAdminAPIAcrossInstances(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	token := "tok-" + randHex(8)
+	run := randHex(3)
+	env := func(inst string) []string {
+		return []string{"FERRY_KAFKA_BROKERS=" + brokers, "FERRY_INSTANCE_ID=adm" + inst + "-" + run,
+			"FERRY_HTTP_ADMIN_TOKEN=" + token, "FERRY_STATE_HEARTBEAT_INTERVAL=500ms", "FERRY_STATE_INSTANCE_LAPSE=5s"}
+	}
+	a := startFerry(t, "a", "", env("a")...)
+	b := startFerry(t, "b", "", env("b")...)
+	c := startFerry(t, "c", "", env("c")...)
+	defer func() {
+		if t.Failed() {
+			for _, p := range []*ferryProcess{a, b, c} {
+				t.Logf("%s's log:\n%s", p.name, p.stderr.String())
+			}
+		}
+	}()
+	ids := map[*ferryProcess]string{a: "adma-" + run, b: "admb-" + run, c: "admc-" + run}
+
+	// Access: 401 without the token or with a wrong one, 404 for a bad
+	// path, each with a JSON error.
+	for _, tc := range []struct {
+		token, path string
+		code        int
+	}{{"", "/api/v1/instances", 401}, {token + "x", "/api/v1/instances", 401}, {"x" + token, "/api/v1/clients/x", 401},
+		{token, "/api/v1/nothing-here", 404}, {token, "/api/v1/clients/no-such-" + run, 404}} {
+		if code := adminCall(t, a, tc.token, "GET", tc.path, nil); code != tc.code {
+			t.Errorf("GET %s (token %q): %d, want %d", tc.path, tc.token, code, tc.code)
+		}
+	}
+
+	// Instances: each lists the three, with their HTTP addresses.
+	for _, p := range []*ferryProcess{a, b, c} {
+		waitFor(t, 15*time.Second, p.name+" lists the three instances", func() bool {
+			var res struct{ Instances []admin.Instance }
+			if adminCall(t, p, token, "GET", "/api/v1/instances", &res) != 200 {
+				return false
+			}
+			found := 0
+			for _, in := range res.Instances {
+				for q, id := range ids {
+					if in.ID == id && in.HTTP == q.HTTPAddr && in.MQTT["tcp"] == q.MQTTAddr {
+						found++
+					}
+				}
+			}
+			return found == 3
+		})
+	}
+
+	t.Run("disconnect", func(t *testing.T) {
+		id := "adm-kick-" + run
+		reason := make(chan byte, 1)
+		var gone time.Time
+		connectV5(t, b.MQTTAddr, id, func(cc *paho.ClientConfig, cp *paho.Connect) {
+			cc.OnServerDisconnect = func(d *paho.Disconnect) {
+				gone = time.Now()
+				reason <- d.ReasonCode
+			}
+			cc.OnClientError = func(error) {}
+			cp.CleanStart = false
+			cp.Properties = &paho.ConnectProperties{SessionExpiryInterval: ptr[uint32](600)}
+		})
+		var cli admin.Client
+		if code := adminCall(t, a, token, "GET", "/api/v1/clients/"+id, &cli); code != 200 {
+			t.Fatalf("GET client through a: %d", code)
+		}
+		if !cli.Connected || cli.Instance != ids[b] || cli.Protocol != 5 || cli.Remote == "" || cli.Keepalive != 30 || cli.ConnectedSince == nil {
+			t.Fatalf("client through a: %+v; want connected to %s, protocol 5, its remote address, keepalive 30, connected since", cli, ids[b])
+		}
+		start := time.Now()
+		var res admin.ActionResult
+		if code := adminCall(t, a, token, "POST", "/api/v1/clients/"+id+"/disconnect", &res); code != 200 || !res.Done || res.Instance != ids[b] {
+			t.Fatalf("POST disconnect through a: %d %+v", code, res)
+		}
+		select {
+		case r := <-reason:
+			if r != 0x98 {
+				t.Fatalf("DISCONNECT reason %#x, want 0x98 Administrative action", r)
+			}
+			if took := gone.Sub(start); took > 2*time.Second {
+				t.Fatalf("the client got its DISCONNECT %s after the request, want within 2 s", took)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the client got no DISCONNECT within 5 s")
+		}
+		waitFor(t, 10*time.Second, "the client is not connected", func() bool {
+			var cli admin.Client
+			return adminCall(t, c, token, "GET", "/api/v1/clients/"+id, &cli) == 200 && !cli.Connected
+		})
+		if code := adminCall(t, a, token, "POST", "/api/v1/clients/"+id+"/disconnect", nil); code != 404 {
+			t.Fatalf("POST disconnect of a client not connected: %d, want 404", code)
+		}
+	})
+
+	t.Run("route", func(t *testing.T) {
+		topic := "ferrytest/adm/" + run + "/route"
+		client := "adm-route-" + run
+		var rt admin.Route
+		q := url.Values{"mqtt_topic": {topic}, "qos": {"1"}, "retain": {"true"}, "client_id": {client}}
+		if code := adminCall(t, a, token, "GET", "/api/v1/route?"+q.Encode(), &rt); code != 200 || rt.KafkaTopic == "" {
+			t.Fatalf("route of %s: %d %+v", topic, code, rt)
+		}
+		pub := connectV5(t, a.MQTTAddr, client) // the route is what the instance asked writes (ferry.origin)
+		mustPublish(t, pub, &paho.Publish{Topic: topic, QoS: 1, Retain: true, Payload: []byte("r")})
+		recs := readTopic(t, strings.Split(brokers, ","), rt.KafkaTopic, 1, 20*time.Second)
+		if string(recs[0].Key) != rt.Key {
+			t.Fatalf("record key %q, route said %q", recs[0].Key, rt.Key)
+		}
+		var written, said []string
+		for _, h := range recs[0].Headers {
+			v := string(h.Value)
+			if h.Key == "mqtt.packet_id" || h.Key == "ferry.seq" {
+				v = "(own)"
+			}
+			written = append(written, h.Key+"="+v)
+		}
+		for _, h := range rt.Headers {
+			v := h.Value
+			if h.Key == "mqtt.packet_id" || h.Key == "ferry.seq" {
+				v = "(own)"
+			}
+			said = append(said, h.Key+"="+v)
+		}
+		if strings.Join(written, " ") != strings.Join(said, " ") {
+			t.Fatalf("record headers\n%v\nroute said\n%v", written, said)
+		}
+		var back admin.Route
+		if code := adminCall(t, c, token, "GET", "/api/v1/route?kafka_topic="+url.QueryEscape(rt.KafkaTopic), &back); code != 200 || back.MQTTTopic != topic {
+			t.Fatalf("route of Kafka topic %s: %d %+v, want MQTT topic %s", rt.KafkaTopic, code, back, topic)
+		}
+	})
+}
