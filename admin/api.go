@@ -17,6 +17,12 @@ import (
 // Prefix is where the API is mounted.
 const Prefix = "/api/v1/"
 
+// DefaultLimit and MaxLimit bound a listing's page.
+const (
+	DefaultLimit = 100
+	MaxLimit     = 1000
+)
+
 // actionTimeout bounds one action (the owner's answer through Kafka).
 const actionTimeout = 10 * time.Second
 
@@ -69,6 +75,11 @@ func (a *API) routes() []route {
 		{"GET /api/v1/instances", a.instances},
 		{"GET /api/v1/clients/{client_id}", a.client},
 		{"POST /api/v1/clients/{client_id}/disconnect", a.disconnect},
+		{"GET /api/v1/sessions", a.sessions},
+		{"GET /api/v1/sessions/{client_id}", a.session},
+		{"DELETE /api/v1/sessions/{client_id}", a.endSession},
+		{"GET /api/v1/retained", a.retained},
+		{"DELETE /api/v1/retained/{topic...}", a.clearRetained},
 		{"GET /api/v1/route", a.route},
 	}
 }
@@ -133,6 +144,73 @@ func (a *API) client(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, c)
 }
 
+// page reads prefix, after and limit.
+func page(w http.ResponseWriter, r *http.Request) (Page, bool) {
+	q := r.URL.Query()
+	p := Page{Prefix: q.Get("prefix"), After: q.Get("after"), Limit: DefaultLimit}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxLimit {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("limit=%q: must be 1..%d", s, MaxLimit))
+			return p, false
+		}
+		p.Limit = n
+	}
+	return p, true
+}
+
+// next is a listing's cursor: the after of the next page ("" at the end).
+func next(more bool, last string) string {
+	if !more {
+		return ""
+	}
+	return last
+}
+
+func (a *API) sessions(w http.ResponseWriter, r *http.Request) {
+	p, ok := page(w, r)
+	if !ok {
+		return
+	}
+	var connected *bool
+	if s := r.URL.Query().Get("connected"); s != "" {
+		c, err := strconv.ParseBool(s)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("connected=%q: must be true or false", s))
+			return
+		}
+		connected = &c
+	}
+	items, more := a.b.SessionPage(p, connected)
+	last := ""
+	if len(items) > 0 {
+		last = items[len(items)-1].ClientID
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"sessions": items, "next": next(more, last)})
+}
+
+func (a *API) session(w http.ResponseWriter, r *http.Request) {
+	s, err := a.b.Session(r.Context(), r.PathValue("client_id"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s)
+}
+
+func (a *API) retained(w http.ResponseWriter, r *http.Request) {
+	p, ok := page(w, r)
+	if !ok {
+		return
+	}
+	items, more := a.b.RetainedPage(p)
+	last := ""
+	if len(items) > 0 {
+		last = items[len(items)-1].Topic
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"retained": items, "next": next(more, last)})
+}
+
 func (a *API) route(w http.ResponseWriter, r *http.Request) {
 	v := r.URL.Query()
 	q := RouteQuery{MQTTTopic: v.Get("mqtt_topic"), KafkaTopic: v.Get("kafka_topic"), ClientID: v.Get("client_id")}
@@ -166,6 +244,14 @@ func (a *API) route(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) disconnect(w http.ResponseWriter, r *http.Request) {
 	a.act(w, r, "disconnect", r.PathValue("client_id"), a.b.Disconnect)
+}
+
+func (a *API) endSession(w http.ResponseWriter, r *http.Request) {
+	a.act(w, r, "end_session", r.PathValue("client_id"), a.b.EndSession)
+}
+
+func (a *API) clearRetained(w http.ResponseWriter, r *http.Request) {
+	a.act(w, r, "clear_retained", r.PathValue("topic"), a.b.ClearRetained)
 }
 
 // act runs one action, logs it with who asked, and counts it.

@@ -20,9 +20,20 @@ func (stubBackend) Instances(context.Context) ([]Instance, error) { return []Ins
 func (stubBackend) Client(_ context.Context, id string) (*Client, error) {
 	return &Client{ClientID: id}, nil
 }
-func (stubBackend) Route(RouteQuery) (*Route, error) { return &Route{}, nil }
+func (stubBackend) SessionPage(Page, *bool) ([]SessionItem, bool) { return nil, false }
+func (stubBackend) Session(context.Context, string) (*Session, error) {
+	return nil, ErrNotFound
+}
+func (stubBackend) RetainedPage(Page) ([]RetainedItem, bool) { return nil, false }
+func (stubBackend) Route(RouteQuery) (*Route, error)         { return &Route{}, nil }
 func (stubBackend) Disconnect(context.Context, string, string) (*ActionResult, error) {
 	return nil, ErrNotFound
+}
+func (stubBackend) EndSession(context.Context, string, string) (*ActionResult, error) {
+	return nil, ErrNotFound
+}
+func (stubBackend) ClearRetained(_ context.Context, topic, _ string) (*ActionResult, error) {
+	return &ActionResult{Action: "clear_retained", Target: topic, Done: true}, nil
 }
 
 func newTestAPI(t *testing.T) *API {
@@ -60,7 +71,8 @@ func TestTokenRequired(t *testing.T) {
 		{"POST", "/api/v1/clients/x/disconnect", "Bearer s3cre", 401},
 		{"GET", "/api/v1/instances", "Bearer s3cret", 200},
 		{"GET", "/api/v1/nothing", "Bearer s3cret", 404},
-		{"POST", "/api/v1/clients/unknown/disconnect", "Bearer s3cret", 404},
+		{"GET", "/api/v1/sessions/unknown", "Bearer s3cret", 404},
+		{"GET", "/api/v1/sessions?limit=0", "Bearer s3cret", 400},
 		{"GET", "/api/v1/route", "Bearer s3cret", 400},
 	} {
 		w := call(a, tc.method, tc.path, tc.auth)
@@ -81,6 +93,16 @@ func TestTokenRequired(t *testing.T) {
 		if tc.code == 401 && strings.Contains(w.Body.String(), `"a"`) {
 			t.Errorf("%s %s: 401 shows the cluster: %s", tc.method, tc.path, w.Body)
 		}
+	}
+}
+
+// TestRetainedTopicKeepsItsSlashes: DELETE /api/v1/retained/a/b/c clears
+// the topic a/b/c.
+func TestRetainedTopicKeepsItsSlashes(t *testing.T) {
+	w := call(newTestAPI(t), "DELETE", "/api/v1/retained/a/b/c", "Bearer s3cret")
+	var res ActionResult
+	if err := json.Unmarshal(w.Body.Bytes(), &res); err != nil || res.Target != "a/b/c" {
+		t.Fatalf("%d %s: target %q, want a/b/c", w.Code, w.Body, res.Target)
 	}
 }
 

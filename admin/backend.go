@@ -15,10 +15,27 @@ type Backend interface {
 	Instances(ctx context.Context) ([]Instance, error)
 	// Client describes a client id: connected or not, and where.
 	Client(ctx context.Context, id string) (*Client, error)
+	SessionPage(q Page, connected *bool) ([]SessionItem, bool)
+	// Session is a session's record with its lag (ErrNotFound: none).
+	Session(ctx context.Context, id string) (*Session, error)
+	RetainedPage(q Page) ([]RetainedItem, bool)
 	Route(q RouteQuery) (*Route, error)
 	// Disconnect has the client's instance disconnect it (MQTT 5: 0x98
 	// Administrative action); ErrNotFound when it is not connected.
 	Disconnect(ctx context.Context, id, by string) (*ActionResult, error)
+	// EndSession ends the session everywhere, its client disconnected
+	// first if connected; ErrNotFound when there is none.
+	EndSession(ctx context.Context, id, by string) (*ActionResult, error)
+	// ClearRetained clears a retained message cluster-wide; ErrNotFound
+	// when there is none.
+	ClearRetained(ctx context.Context, topic, by string) (*ActionResult, error)
+}
+
+// Page is a listing's query: keys starting with Prefix, after After, at
+// most Limit.
+type Page struct {
+	Prefix, After string
+	Limit         int
 }
 
 // Instance is one live instance, from its heartbeats.
@@ -58,6 +75,51 @@ type Subscription struct {
 	RetainAsPublished bool   `json:"retain_as_published,omitempty"`
 	RetainHandling    byte   `json:"retain_handling,omitempty"`
 	Identifier        int    `json:"identifier,omitempty"`
+}
+
+// SessionItem is one session of a listing.
+type SessionItem struct {
+	ClientID  string     `json:"client_id"`
+	Connected bool       `json:"connected"`
+	Owner     string     `json:"owner,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// Session is one persistent session with what it owes.
+type Session struct {
+	ClientID       string         `json:"client_id"`
+	Owner          string         `json:"owner"`
+	Connected      bool           `json:"connected"`
+	DisconnectedAt *time.Time     `json:"disconnected_at,omitempty"`
+	ExpiryInterval uint32         `json:"expiry_interval"`
+	ExpiresAt      *time.Time     `json:"expires_at,omitempty"`
+	Protocol       byte           `json:"protocol"`
+	Username       string         `json:"username,omitempty"`
+	Subscriptions  []Subscription `json:"subscriptions"`
+	Partitions     []Partition    `json:"partitions"`
+	Pending        int            `json:"pending"`
+	// Lag is the sum of the partitions' lags.
+	Lag int64 `json:"lag"`
+}
+
+// Partition is a session's place in one Kafka partition.
+type Partition struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Position  int64  `json:"position"`
+	End       int64  `json:"end"`
+	// Lag is End minus Position: the records the session has not been
+	// given (what matches its subscriptions of them it owes).
+	Lag int64 `json:"lag"`
+}
+
+// RetainedItem is one retained message (never its payload).
+type RetainedItem struct {
+	Topic   string    `json:"topic"`
+	Size    int       `json:"size"`
+	QoS     byte      `json:"qos"`
+	Created time.Time `json:"created"`
+	AgeSec  int64     `json:"age_seconds"`
 }
 
 // RouteQuery names one topic: MQTTTopic or KafkaTopic; for an MQTT topic,

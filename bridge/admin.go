@@ -15,11 +15,13 @@ import (
 
 	"github.com/ferry-bridge/ferry/admin"
 	"github.com/ferry-bridge/ferry/reverse"
+	"github.com/ferry-bridge/ferry/session"
 	"github.com/ferry-bridge/ferry/state"
 	"github.com/ferry-bridge/ferry/topicmap"
 )
 
-// adminWait bounds the wait of an action for its owner's answer.
+// adminWait bounds the wait of an action for its owner's answer, and of a
+// session's end for its client's disconnect to be written.
 const adminWait = 5 * time.Second
 
 // adminBackend is the bridge's side of the admin API (admin.Backend):
@@ -190,6 +192,71 @@ func adminSubs(subs []state.Subscription) []admin.Subscription {
 	return out
 }
 
+func msTime(ms int64) *time.Time {
+	if ms == 0 {
+		return nil
+	}
+	t := time.UnixMilli(ms)
+	return &t
+}
+
+func (a *adminBackend) SessionPage(q admin.Page, connected *bool) ([]admin.SessionItem, bool) {
+	page, more := a.b.stateEngine.SessionPage(q.Prefix, q.After, q.Limit, connected)
+	out := make([]admin.SessionItem, len(page))
+	for i, s := range page {
+		out[i] = admin.SessionItem{ClientID: s.Client, Connected: s.Connected, Owner: s.Owner, ExpiresAt: msTime(s.ExpiresAt)}
+	}
+	return out, more
+}
+
+func (a *adminBackend) Session(ctx context.Context, id string) (*admin.Session, error) {
+	rec, err := a.record(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if rec == nil {
+		return nil, fmt.Errorf("%w: no session %q", admin.ErrNotFound, id)
+	}
+	s := &admin.Session{ClientID: id, Owner: rec.Owner, Connected: rec.Connected, DisconnectedAt: msTime(rec.Disconnected),
+		ExpiryInterval: rec.Expiry, ExpiresAt: msTime(a.b.stateEngine.SessionExpiresAt(rec)), Protocol: rec.ProtocolVersion,
+		Username: string(rec.Username), Subscriptions: adminSubs(rec.Subs), Partitions: []admin.Partition{}, Pending: len(rec.Pending)}
+	if len(rec.Positions) == 0 {
+		return s, nil
+	}
+	var topics []string
+	seen := map[string]bool{}
+	for _, p := range rec.Positions {
+		if !seen[p.Topic] {
+			seen[p.Topic] = true
+			topics = append(topics, p.Topic)
+		}
+	}
+	ends, err := a.b.stateEngine.EndOffsets(ctx, topics)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range rec.Positions {
+		end, ok := ends[p.Topic][p.Partition]
+		if !ok {
+			continue
+		}
+		lag := max(end-p.Offset, 0)
+		s.Partitions = append(s.Partitions, admin.Partition{Topic: p.Topic, Partition: p.Partition, Position: p.Offset, End: end, Lag: lag})
+		s.Lag += lag
+	}
+	return s, nil
+}
+
+func (a *adminBackend) RetainedPage(q admin.Page) ([]admin.RetainedItem, bool) {
+	page, more := a.b.stateEngine.RetainedPage(q.Prefix, q.After, q.Limit)
+	out := make([]admin.RetainedItem, len(page))
+	now := time.Now()
+	for i, r := range page {
+		out[i] = admin.RetainedItem{Topic: r.Topic, Size: r.Size, QoS: r.QoS, Created: r.Created, AgeSec: int64(now.Sub(r.Created) / time.Second)}
+	}
+	return out, more
+}
+
 func (a *adminBackend) Route(q admin.RouteQuery) (*admin.Route, error) {
 	tm := a.b.tm
 	if q.KafkaTopic != "" {
@@ -284,6 +351,74 @@ func (a *adminBackend) disconnectAt(ctx context.Context, instance, id, by string
 		return false, fmt.Errorf("asking instance %s, which holds the connection: %w", instance, err)
 	}
 	return res.Done, nil
+}
+
+func (a *adminBackend) EndSession(ctx context.Context, id, by string) (*admin.ActionResult, error) {
+	rec, err := a.record(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if rec == nil {
+		return nil, fmt.Errorf("%w: no session %q", admin.ErrNotFound, id)
+	}
+	res := &admin.ActionResult{Action: "end_session", Target: id, Instance: rec.Owner}
+	if rec.Connected {
+		// Its owner disconnects it and writes that it went (a tombstone
+		// of a connected session would be repaired by its owner).
+		if _, err := a.disconnectAt(ctx, rec.Owner, id, by); err != nil {
+			return nil, err
+		}
+		if rec, err = a.offline(ctx, id, rec.Epoch); err != nil {
+			return nil, err
+		}
+		res.Detail = "disconnected its client first"
+		if rec == nil {
+			res.Done = true // a clean session: its owner ended it
+			return res, nil
+		}
+	}
+	if err := a.b.stateEngine.EndSession(ctx, id); err != nil {
+		return nil, err
+	}
+	res.Done = true
+	return res, nil
+}
+
+// offline polls id's record until its client of epoch is written gone
+// (nil: the session ended), within adminWait.
+func (a *adminBackend) offline(ctx context.Context, id string, epoch int64) (*state.Session, error) {
+	deadline := time.Now().Add(adminWait)
+	for {
+		rec, err := a.record(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case rec == nil || !rec.Connected && rec.Epoch == epoch:
+			return rec, nil
+		case rec.Epoch != epoch:
+			return nil, fmt.Errorf("%w: client %q connected again (instance %s) while its session was being ended", session.ErrKafkaUnavailable, id, rec.Owner)
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("client %q: its disconnect was not written within %s", id, adminWait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (a *adminBackend) ClearRetained(ctx context.Context, topic, by string) (*admin.ActionResult, error) {
+	ok, err := a.b.stateEngine.ClearRetained(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: no retained message on %q", admin.ErrNotFound, topic)
+	}
+	return &admin.ActionResult{Action: "clear_retained", Target: topic, Done: true, Instance: a.b.cfg.Instance.ID}, nil
 }
 
 // connectTimes notes when each connection of this broker was established

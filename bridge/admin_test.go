@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -58,7 +59,9 @@ func adminCall(t *testing.T, p *ferryProcess, token, method, path string, out an
 // TestAdminAPIAcrossInstances runs the admin API against three cmd/bridge
 // processes on the real Kafka: each lists the three; a client connected to
 // b is found through a and disconnected through a (MQTT 5: DISCONNECT
-// 0x98, within 2 s); requests without the token,
+// 0x98, within 2 s); a session is listed through a with its lag after
+// messages were queued for it, and ended through c; a retained message is
+// cleared through a and no instance serves it; requests without the token,
 // with a wrong one, and with a bad path get 401 / 404 with a JSON error;
 // the route of an MQTT topic is what the forward path writes, and the
 // route of that Kafka topic leads back to it.
@@ -87,8 +90,8 @@ func TestAdminAPIAcrossInstances(t *testing.T) {
 	for _, tc := range []struct {
 		token, path string
 		code        int
-	}{{"", "/api/v1/instances", 401}, {token + "x", "/api/v1/instances", 401}, {"x" + token, "/api/v1/clients/x", 401},
-		{token, "/api/v1/nothing-here", 404}, {token, "/api/v1/clients/no-such-" + run, 404}} {
+	}{{"", "/api/v1/instances", 401}, {token + "x", "/api/v1/instances", 401}, {"x" + token, "/api/v1/sessions", 401},
+		{token, "/api/v1/nothing-here", 404}, {token, "/api/v1/sessions/no-such-" + run, 404}} {
 		if code := adminCall(t, a, tc.token, "GET", tc.path, nil); code != tc.code {
 			t.Errorf("GET %s (token %q): %d, want %d", tc.path, tc.token, code, tc.code)
 		}
@@ -155,6 +158,128 @@ func TestAdminAPIAcrossInstances(t *testing.T) {
 		})
 		if code := adminCall(t, a, token, "POST", "/api/v1/clients/"+id+"/disconnect", nil); code != 404 {
 			t.Fatalf("POST disconnect of a client not connected: %d, want 404", code)
+		}
+	})
+
+	t.Run("session lag and end", func(t *testing.T) {
+		id := "adm-sess-" + run
+		topic := "ferrytest/adm/" + run + "/q"
+		in := newInbox()
+		persistent := func(_ *paho.ClientConfig, cp *paho.Connect) {
+			cp.CleanStart = false
+			cp.Properties = &paho.ConnectProperties{SessionExpiryInterval: ptr[uint32](600)}
+		}
+		sub := v5Sub(t, a.MQTTAddr, id, in, persistent)
+		mustSubscribe(t, sub, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: topic, QoS: 1}}})
+		// Published on a (another instance delivers only what its reverse
+		// path reads; none here), queued from c.
+		mustPublish(t, connectV5(t, a.MQTTAddr, "adm-pub1-"+run), &paho.Publish{Topic: topic, QoS: 1, Payload: []byte("first")})
+		pub := connectV5(t, c.MQTTAddr, "adm-pub-"+run)
+		in.wait(t, 1, 10*time.Second)
+		if err := sub.Disconnect(&paho.Disconnect{}); err != nil {
+			t.Fatal(err)
+		}
+		// Its lag once offline: 0, or 1 when paho's PUBACK of the first
+		// message did not leave before its DISCONNECT.
+		var before admin.Session
+		waitFor(t, 10*time.Second, "the session is offline", func() bool {
+			return adminCall(t, b, token, "GET", "/api/v1/sessions/"+id, &before) == 200 && !before.Connected && len(before.Partitions) == 1
+		})
+		const queued = 5
+		for i := range queued {
+			mustPublish(t, pub, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte(fmt.Sprintf("q%d", i))})
+		}
+		var s admin.Session
+		waitFor(t, 10*time.Second, "the session's lag is what was queued", func() bool {
+			return adminCall(t, b, token, "GET", "/api/v1/sessions/"+id, &s) == 200 && s.Lag == before.Lag+queued
+		})
+		if len(s.Subscriptions) != 1 || s.Subscriptions[0].Filter != topic || s.Owner != ids[a] || s.ExpiresAt == nil {
+			t.Fatalf("session through b: %+v; want its subscription, owner %s, an expiry", s, ids[a])
+		}
+		var list struct {
+			Sessions []admin.SessionItem
+			Next     string
+		}
+		q := url.Values{"prefix": {"adm-sess-" + run}, "connected": {"false"}}
+		if code := adminCall(t, a, token, "GET", "/api/v1/sessions?"+q.Encode(), &list); code != 200 || len(list.Sessions) != 1 ||
+			list.Sessions[0].ClientID != id || list.Sessions[0].Connected || list.Sessions[0].Owner != ids[a] {
+			t.Fatalf("listing through a: %d %+v", code, list)
+		}
+		var res admin.ActionResult
+		if code := adminCall(t, c, token, "DELETE", "/api/v1/sessions/"+id, &res); code != 200 || !res.Done {
+			t.Fatalf("DELETE session through c: %d %+v", code, res)
+		}
+		for _, p := range []*ferryProcess{a, b, c} {
+			if code := adminCall(t, p, token, "GET", "/api/v1/sessions/"+id, nil); code != 404 {
+				t.Fatalf("GET the ended session through %s: %d, want 404", p.name, code)
+			}
+		}
+		_, ca := dialV5(t, b.MQTTAddr, paho.ClientConfig{ClientID: id}, &paho.Connect{ClientID: id, KeepAlive: 30,
+			Properties: &paho.ConnectProperties{SessionExpiryInterval: ptr[uint32](600)}})
+		if ca.SessionPresent {
+			t.Fatal("a resume after the session was ended: Session Present 1, want 0")
+		}
+	})
+
+	t.Run("end a connected session", func(t *testing.T) {
+		id := "adm-end-" + run
+		reason := make(chan byte, 1)
+		connectV5(t, c.MQTTAddr, id, func(cc *paho.ClientConfig, cp *paho.Connect) {
+			cc.OnServerDisconnect = func(d *paho.Disconnect) { reason <- d.ReasonCode }
+			cc.OnClientError = func(error) {}
+			cp.CleanStart = false
+			cp.Properties = &paho.ConnectProperties{SessionExpiryInterval: ptr[uint32](600)}
+		})
+		var res admin.ActionResult
+		if code := adminCall(t, a, token, "DELETE", "/api/v1/sessions/"+id, &res); code != 200 || !res.Done {
+			t.Fatalf("DELETE connected session through a: %d %+v", code, res)
+		}
+		select {
+		case r := <-reason:
+			if r != 0x98 {
+				t.Fatalf("DISCONNECT reason %#x, want 0x98", r)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the client got no DISCONNECT")
+		}
+		if code := adminCall(t, b, token, "GET", "/api/v1/sessions/"+id, nil); code != 404 {
+			t.Fatalf("GET the ended session: %d, want 404", code)
+		}
+	})
+
+	t.Run("retained", func(t *testing.T) {
+		topic := "ferrytest/adm/" + run + "/cfg"
+		pub := connectV5(t, b.MQTTAddr, "adm-rpub-"+run)
+		mustPublish(t, pub, &paho.Publish{Topic: topic, QoS: 1, Retain: true, Payload: []byte("secret-payload")})
+		for _, p := range []*ferryProcess{a, b, c} {
+			waitFor(t, 10*time.Second, p.name+" lists the retained message", func() bool {
+				var res struct{ Retained []admin.RetainedItem }
+				return adminCall(t, p, token, "GET", "/api/v1/retained?prefix="+url.QueryEscape(topic), &res) == 200 &&
+					len(res.Retained) == 1 && res.Retained[0].Topic == topic && res.Retained[0].Size == len("secret-payload") && res.Retained[0].QoS == 1
+			})
+		}
+		var res admin.ActionResult
+		if code := adminCall(t, a, token, "DELETE", "/api/v1/retained/"+topic, &res); code != 200 || !res.Done {
+			t.Fatalf("DELETE retained through a: %d %+v", code, res)
+		}
+		for _, p := range []*ferryProcess{a, b, c} {
+			waitFor(t, 10*time.Second, p.name+" lists no retained message", func() bool {
+				var res struct{ Retained []admin.RetainedItem }
+				return adminCall(t, p, token, "GET", "/api/v1/retained?prefix="+url.QueryEscape(topic), &res) == 200 && len(res.Retained) == 0
+			})
+			// A new subscriber gets no retained message: the first message
+			// it gets is one published after its SUBACK.
+			in := newInbox()
+			sub := v5Sub(t, p.MQTTAddr, "adm-rsub-"+p.name+run, in)
+			mustSubscribe(t, sub, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: topic, QoS: 1}}})
+			local := connectV5(t, p.MQTTAddr, "adm-rmark-"+p.name+run)
+			mustPublish(t, local, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte("marker-" + p.name)})
+			if got := in.wait(t, 1, 10*time.Second)[0]; string(got.Payload) != "marker-"+p.name || got.Retain {
+				t.Fatalf("%s served %q (retain %v) to a new subscriber, want the marker first", p.name, got.Payload, got.Retain)
+			}
+		}
+		if code := adminCall(t, c, token, "DELETE", "/api/v1/retained/"+topic, nil); code != 404 {
+			t.Fatalf("DELETE a cleared retained message: %d, want 404", code)
 		}
 	})
 
