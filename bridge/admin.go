@@ -312,14 +312,20 @@ func (a *adminBackend) handle(op, client, by string) any {
 	return actResult{}
 }
 
-// disconnectHere disconnects this broker's client id (MQTT 5: DISCONNECT
-// 0x98 Administrative action), if connected here.
+// disconnectHere disconnects this broker's client id, if connected here:
+// an MQTT 5 client with DISCONNECT 0x98 Administrative action; an MQTT
+// 3.1.1 client's connection is closed (3.1.1 has no DISCONNECT from the
+// server).
 func (a *adminBackend) disconnectHere(id, by string) bool {
 	cl, ok := a.b.server.Clients.Get(id)
 	if !ok || cl.Net.Inline || cl.Closed() {
 		return false
 	}
 	a.b.log.Info("disconnecting a client: admin action", "client", id, "by", by)
+	if cl.Properties.ProtocolVersion < 5 {
+		cl.Stop(packets.ErrAdministrativeAction)
+		return true
+	}
 	_ = a.b.server.DisconnectClient(cl, packets.ErrAdministrativeAction)
 	return true
 }

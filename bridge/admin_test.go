@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/ferry-bridge/ferry/admin"
 	"github.com/ferry-bridge/ferry/internal/kafkatest"
@@ -158,6 +160,37 @@ func TestAdminAPIAcrossInstances(t *testing.T) {
 		})
 		if code := adminCall(t, a, token, "POST", "/api/v1/clients/"+id+"/disconnect", nil); code != 404 {
 			t.Fatalf("POST disconnect of a client not connected: %d, want 404", code)
+		}
+	})
+
+	t.Run("disconnect 3.1.1", func(t *testing.T) {
+		// MQTT 3.1.1 has no DISCONNECT from the server (3.14: sent from
+		// the client to the server): its connection is closed, nothing
+		// written to it.
+		id := "adm-kick311-" + run
+		conn := rawConn(t, c.MQTTAddr)
+		var connect bytes.Buffer
+		cp := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 4,
+			Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Keepalive: 30, ClientIdentifier: id}}
+		if err := cp.ConnectEncode(&connect); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Write(connect.Bytes()); err != nil {
+			t.Fatal(err)
+		}
+		connack := make([]byte, 4)
+		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(conn, connack); err != nil || connack[0] != 0x20 || connack[3] != 0 {
+			t.Fatalf("CONNACK %x: %v", connack, err)
+		}
+		var res admin.ActionResult
+		if code := adminCall(t, a, token, "POST", "/api/v1/clients/"+id+"/disconnect", &res); code != 200 || !res.Done || res.Instance != ids[c] {
+			t.Fatalf("POST disconnect through a: %d %+v", code, res)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		rest, err := io.ReadAll(conn)
+		if len(rest) != 0 || err != nil {
+			t.Fatalf("the 3.1.1 client read %x (%v) after the disconnect, want its connection closed with nothing written", rest, err)
 		}
 	})
 
