@@ -80,8 +80,11 @@ func newControl(cfg Config, log *slog.Logger, client *kafka.Client, brokers []st
 		kgo.SeedBrokers(brokers...),
 		kgo.ClientID("ferry-" + cfg.Instance.ID + "-admin"),
 		kgo.ConsumeTopics(adminTopic),
-		// Requests written before this run are not for it.
-		kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(start.UnixMilli())),
+		// From a little before the start, as the heartbeats (a broker
+		// clock behind this host's must not hide the first requests);
+		// older requests are past their Until, replies to other runs
+		// are not this run's.
+		kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(start.Add(-instanceLookback).UnixMilli())),
 		kgo.FetchMaxWait(time.Second),
 		kgo.ProducerLinger(0),
 		kgo.RecordDeliveryTimeout(5 * time.Second),
