@@ -291,6 +291,18 @@ func TestAdminAPIAcrossInstances(t *testing.T) {
 					len(res.Retained) == 1 && res.Retained[0].Topic == topic && res.Retained[0].Size == len("secret-payload") && res.Retained[0].QoS == 1
 			})
 		}
+		// The read endpoints never show a payload.
+		req, _ := http.NewRequest("GET", "http://"+a.HTTPAddr+"/api/v1/retained?prefix="+url.QueryEscape(topic), nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		if res, err := http.DefaultClient.Do(req); err != nil {
+			t.Fatal(err)
+		} else {
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if strings.Contains(string(body), "secret-payload") || strings.Contains(string(body), "c2VjcmV0LXBheWxvYWQ") {
+				t.Fatalf("the retained listing shows the payload: %s", body)
+			}
+		}
 		var res admin.ActionResult
 		if code := adminCall(t, a, token, "DELETE", "/api/v1/retained/"+topic, &res); code != 200 || !res.Done {
 			t.Fatalf("DELETE retained through a: %d %+v", code, res)
