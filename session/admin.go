@@ -149,5 +149,8 @@ func (e *Engine) ClearRetained(ctx context.Context, topic string) (bool, error) 
 	if err := t.Delete(ctx, topic); err != nil {
 		return false, fmt.Errorf("%w: %v", ErrKafkaUnavailable, err)
 	}
+	// This broker stops serving it now, as for an empty retained PUBLISH
+	// here; the others when they read the tombstone.
+	e.retained.apply(topic, nil)
 	return true, nil
 }
