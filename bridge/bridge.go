@@ -57,6 +57,8 @@ type Bridge struct {
 	embedded    *embeddedKafka
 	http        *httpServer
 	instance    *instanceCheck
+	fleet       *liveInstances // the live instances, from the heartbeats
+	admin       *adminBackend  // the admin API's (nil: off)
 
 	// replaySlots is how many session replays run at once (0: session.MaxReplays);
 	// tests set it before Run.
@@ -281,6 +283,10 @@ func (b *Bridge) start(ctx context.Context) error {
 	if err := b.addSessionHooks(); err != nil {
 		return err
 	}
+	adminAPI, err := b.startAdmin()
+	if err != nil {
+		return err
+	}
 	if err := b.addListeners(); err != nil {
 		return err
 	}
@@ -314,11 +320,12 @@ func (b *Bridge) start(ctx context.Context) error {
 	}
 
 	if b.cfg.HTTP.Listen != "" {
-		b.http, err = startHTTP(b.cfg.HTTP, b.log, b.reg, b.healthy, b.readyNow)
+		b.http, err = startHTTP(b.cfg.HTTP, b.log, b.reg, b.healthy, b.readyNow, adminAPI)
 		if err != nil {
 			return err
 		}
 	}
+	b.instance.setDescribe(b.describeInstance) // after the addresses are known
 	b.log.Info("ferry bridge started", "mqtt", b.mqttAddrs, "kafka", brokers, "http", b.HTTPAddr(),
 		"instance", b.cfg.Instance.ID, "reverse_topics", b.cfg.Reverse.Topics)
 	return nil
@@ -483,6 +490,7 @@ func (b *Bridge) shutdown() error {
 			errs = append(errs, b.instance.Close(ctx))
 			cancel()
 		}
+		b.closeAdmin()
 		b.closeState() // after the broker: its last session writes
 		if b.reverse != nil {
 			if err := b.reverse.Close(); err != nil {

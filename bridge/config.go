@@ -337,13 +337,33 @@ type StateConfig struct {
 	ConnectTimeout time.Duration `mapstructure:"connect_timeout" yaml:"connect_timeout"`
 }
 
-// HTTPConfig configures /metrics, /healthz and /readyz.
+// HTTPConfig configures /metrics, /healthz, /readyz and the admin API.
 type HTTPConfig struct {
 	// Listen address; "" disables the HTTP server. Default: 127.0.0.1:8080.
 	Listen string `mapstructure:"listen" yaml:"listen"`
 	// Pprof mounts /debug/pprof/. Default: false.
 	Pprof bool `mapstructure:"pprof" yaml:"pprof"`
+
+	// The operator's admin API under /api/v1/ (docs/operations.md).
+	// AdminToken is its bearer token; "" (and no AdminTokenFile): the
+	// API is off. Prefer the environment (FERRY_HTTP_ADMIN_TOKEN) or
+	// AdminTokenFile. Default: "".
+	AdminToken string `mapstructure:"admin_token" yaml:"admin_token"`
+	// AdminTokenFile names a file holding the token (its surrounding
+	// white space ignored), read at start. Default: "".
+	AdminTokenFile string `mapstructure:"admin_token_file" yaml:"admin_token_file"`
+	// AdminInsecure serves the admin API on a non-loopback listener
+	// without TLS (behind a TLS-terminating proxy, say); without it such a
+	// configuration is refused. Default: false.
+	AdminInsecure bool `mapstructure:"admin_insecure" yaml:"admin_insecure"`
+	// TLSCert and TLSKey, both set, serve the HTTP listener over TLS.
+	// Default: "" (plain HTTP).
+	TLSCert string `mapstructure:"tls_cert" yaml:"tls_cert"`
+	TLSKey  string `mapstructure:"tls_key" yaml:"tls_key"`
 }
+
+// adminOn reports whether the admin API is configured.
+func (c HTTPConfig) adminOn() bool { return c.AdminToken != "" || c.AdminTokenFile != "" }
 
 // LogConfig configures the logger built by cmd/bridge.
 type LogConfig struct {
@@ -628,6 +648,7 @@ func (c Config) Validate() error {
 	if c.Runtime.GCPercent < 25 || c.Runtime.GCPercent > 10000 {
 		bad("runtime.gc_percent", c.Runtime.GCPercent, "must be between 25 and 10000 (Go's default is 100; GOGC, when set, wins)")
 	}
+	c.HTTP.validate(bad)
 	if c.ShutdownTimeout <= 0 {
 		bad("shutdown_timeout", c.ShutdownTimeout, "must be positive")
 	}

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,15 +15,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// httpServer serves /metrics, /healthz, /readyz and optionally pprof.
+// httpServer serves /metrics, /healthz, /readyz and optionally pprof and
+// the admin API (under /api/v1/), over TLS when http.tls_cert is set.
 type httpServer struct {
 	srv  *http.Server
 	addr string
 	done chan struct{}
 }
 
-func startHTTP(cfg HTTPConfig, log *slog.Logger, reg *prometheus.Registry, healthy func() bool, ready func() (bool, string)) (*httpServer, error) {
+func startHTTP(cfg HTTPConfig, log *slog.Logger, reg *prometheus.Registry, healthy func() bool, ready func() (bool, string), adminAPI http.Handler) (*httpServer, error) {
 	mux := http.NewServeMux()
+	if adminAPI != nil {
+		mux.Handle("/api/v1/", adminAPI)
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if !healthy() {
@@ -51,9 +56,23 @@ func startHTTP(cfg HTTPConfig, log *slog.Logger, reg *prometheus.Registry, healt
 		return nil, fmt.Errorf("http.listen=%s: %w%s", cfg.Listen, err, inUseHint(err, listenerKey["http"]))
 	}
 	h := &httpServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, addr: ln.Addr().String(), done: make(chan struct{})}
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("http.tls_cert=%s: %w", cfg.TLSCert, err)
+		}
+		h.srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
 	go func() {
 		defer close(h.done)
-		if err := h.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		var err error
+		if h.srv.TLSConfig != nil {
+			err = h.srv.ServeTLS(ln, "", "")
+		} else {
+			err = h.srv.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server", "err", err)
 		}
 	}()

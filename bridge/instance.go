@@ -75,6 +75,9 @@ type instanceCheck struct {
 	// beats, once set (setBeats), sees every heartbeat read (reader
 	// goroutine): own is true for this run's own.
 	beats atomic.Pointer[func(id string, hb heartbeat, own bool)]
+	// describe, once set (setDescribe), adds the instance's addresses
+	// and client count to each heartbeat (announcer goroutine).
+	describe atomic.Pointer[func(*heartbeat)]
 
 	mu        sync.Mutex
 	armed     bool // own first heartbeat read back
@@ -100,6 +103,11 @@ type heartbeat struct {
 	// share it (one cluster) choose among themselves who publishes a dead
 	// member's Wills; several clusters may share one Kafka.
 	Sessions string `json:"sessions,omitempty"`
+	// What the admin API shows of a live instance (instances.go).
+	HTTP    string            `json:"http,omitempty"`
+	MQTT    map[string]string `json:"mqtt,omitempty"`
+	Clients int               `json:"clients,omitempty"`
+	Version string            `json:"version,omitempty"`
 }
 
 // newInstanceCheck builds the check; Run starts it.
@@ -219,10 +227,19 @@ func (c *instanceCheck) ensureTopic(ctx context.Context) bool {
 }
 
 func (c *instanceCheck) createTopic(ctx context.Context) error {
+	return createControlTopic(ctx, c.client, instancesTopic, c.replication)
+}
+
+// createControlTopic creates one of Ferry's small control topics
+// (instancesTopic, adminTopic) when missing: one partition (its records
+// share one order), LogAppendTime like every topic Ferry creates, and an
+// hour of retention (segments roll hourly) so that they do not pile up.
+// An error wraps ErrTopicRejected when Kafka refuses for good.
+func createControlTopic(ctx context.Context, client *kafka.Client, topic string, replication int) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	res, err := c.client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
-		Topic: instancesTopic, NumPartitions: 1, ReplicationFactor: c.replication,
+	res, err := client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
+		Topic: topic, NumPartitions: 1, ReplicationFactor: replication,
 		ConfigEntries: []kafka.ConfigEntry{
 			{ConfigName: "message.timestamp.type", ConfigValue: "LogAppendTime"},
 			{ConfigName: "retention.ms", ConfigValue: "3600000"},
@@ -230,34 +247,29 @@ func (c *instanceCheck) createTopic(ctx context.Context) error {
 		},
 	}}})
 	if err != nil {
-		return fmt.Errorf("create topic %q: %w", instancesTopic, err)
+		return fmt.Errorf("create topic %q: %w", topic, err)
 	}
-	terr := res.Errors[instancesTopic]
+	terr := res.Errors[topic]
 	switch {
 	case terr == nil || errors.Is(terr, kafka.TopicAlreadyExists):
 		return nil
 	case errors.Is(terr, kafka.TopicAuthorizationFailed), errors.Is(terr, kafka.ClusterAuthorizationFailed):
 		// No right to create: fine if it exists (created by someone else).
-		md, err := c.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{instancesTopic}})
+		md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 		if err == nil && len(md.Topics) == 1 && md.Topics[0].Error == nil && len(md.Topics[0].Partitions) > 0 {
 			return nil
 		}
-		return fmt.Errorf("%w: create %q: %v", ErrTopicRejected, instancesTopic, terr)
+		return fmt.Errorf("%w: create %q: %v", ErrTopicRejected, topic, terr)
 	case errors.Is(terr, kafka.InvalidReplicationFactor), errors.Is(terr, kafka.PolicyViolation),
 		errors.Is(terr, kafka.InvalidConfiguration), errors.Is(terr, kafka.InvalidTopic):
-		return fmt.Errorf("%w: create %q: %v", ErrTopicRejected, instancesTopic, terr)
+		return fmt.Errorf("%w: create %q: %v", ErrTopicRejected, topic, terr)
 	}
-	return fmt.Errorf("create topic %q: %w", instancesTopic, terr)
+	return fmt.Errorf("create topic %q: %w", topic, terr)
 }
 
 // announce appends a heartbeat now and every instanceHeartbeat.
 func (c *instanceCheck) announce(ctx context.Context, cl *kgo.Client) {
 	host, _ := os.Hostname()
-	value, err := json.Marshal(heartbeat{Nonce: c.nonce, Host: host, PID: os.Getpid(), Started: c.start, Sessions: c.sessions})
-	if err != nil {
-		c.log.Error("encoding heartbeat", "err", err)
-		return
-	}
 	t := time.NewTicker(c.every)
 	defer t.Stop()
 	defer c.final(cl)
@@ -267,9 +279,17 @@ func (c *instanceCheck) announce(ctx context.Context, cl *kgo.Client) {
 		// failed by its context, and against a Kafka that stopped answering
 		// it would hold the shutdown for kgo's request timeout. On stop the
 		// heartbeat is abandoned; Run's cl.Close fails it.
+		hb := heartbeat{Nonce: c.nonce, Host: host, PID: os.Getpid(), Started: c.start, Sessions: c.sessions}
+		if f := c.describe.Load(); f != nil {
+			(*f)(&hb)
+		}
+		value, err := json.Marshal(hb)
+		if err != nil {
+			c.log.Error("encoding heartbeat", "err", err)
+			return
+		}
 		res := make(chan error, 1)
 		cl.Produce(ctx, &kgo.Record{Topic: instancesTopic, Key: []byte(c.id), Value: value}, func(_ *kgo.Record, err error) { res <- err })
-		var err error
 		select {
 		case err = <-res:
 		case <-ctx.Done():
@@ -312,6 +332,9 @@ func (c *instanceCheck) final(cl *kgo.Client) {
 		c.log.Debug("last heartbeat (stopped) not written", "err", err)
 	}
 }
+
+// setDescribe makes f complete every heartbeat written from now on.
+func (c *instanceCheck) setDescribe(f func(*heartbeat)) { c.describe.Store(&f) }
 
 // setBeats makes f see every heartbeat read from now on.
 func (c *instanceCheck) setBeats(f func(id string, hb heartbeat, own bool)) { c.beats.Store(&f) }

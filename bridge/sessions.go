@@ -49,7 +49,9 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 	if err != nil {
 		return err
 	}
+	b.fleet = newLiveInstances(b.cfg.State.SessionsTopic, b.cfg.State.InstanceLapse)
 	b.instance.setBeats(func(id string, hb heartbeat, own bool) {
+		b.fleet.saw(id, hb)
 		b.stateEngine.Beat(id, session.Heartbeat{Stopped: hb.Stopped, SessionsTopic: hb.Sessions}, own)
 	})
 	return b.stateEngine.WaitLoaded(ctx)

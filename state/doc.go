@@ -23,6 +23,10 @@
 //     those this instance's own later write already superseded too (marked
 //     Superseded), so a caller can repair a stale write it sees.
 //
+// Page lists a table's keys in order, a page at a time, from a sorted
+// index of the keys built at its first call (page.go): the admin API's
+// listings, which never decode the table.
+//
 // Session records (Session) live in one table, retained messages in
 // another; the bridge package attaches both to the MQTT broker.
 package state

@@ -72,6 +72,7 @@ type Table struct {
 	pos      map[int32]int64 // next offset to read, per partition
 	progress chan struct{}   // closed and replaced whenever pos moves
 	watch    func(Change)
+	index    *keyIndex // the keys in order, for Page (nil until the first)
 
 	// Syncs share listings of the end offsets (sharedEndOffsets).
 	lmu     sync.Mutex
@@ -132,6 +133,9 @@ func (t *Table) set(k string, r row, copy bool) {
 		}
 	}
 	t.uncount(k)
+	if _, ok := t.rows[k]; !ok && t.index != nil {
+		t.index.add(k)
+	}
 	t.rows[k] = r
 	if r.present() {
 		t.counts[r.tag]++

@@ -104,6 +104,7 @@ var docCommands = []docCommand{
 	{"README.md", "What next: both directions", "", "run by TestReadmeQuickstart"},
 	{"README.md", "The probe: two reference runs", "", "run by TestReadmeReferenceTests"},
 	{"docs/configuration.md", "Mistakes stop Ferry before it starts", "", "run by TestDocsCheckConfig"},
+	{"docs/operations.md", "Try it", "", "run by TestDocsOperations"},
 	{"docs/testing.md", "", "scripts/test.sh", "not run: the whole test suite itself (CI runs it)"},
 	{"docs/scale.md", "", "FERRY_TEST_KAFKA=127.0.0.1:9092 ", "not run: a test of the suite (TestIdleConnectionMemory), run by scripts/test.sh"},
 	{"docs/probe.md", "Throughput run", "go run ./cmd/probe ", "not run: a load run (a measurement, see docs/benchmarks.md)"},
