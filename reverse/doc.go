@@ -54,9 +54,10 @@
 //
 // Before a QoS>0 delivery the consumer waits while a connected subscriber
 // of the topic has half of min(mqtt.client_writes_pending, mochi's
-// MaximumInflight) unacknowledged, at most 1 s per subscriber and episode:
-// a subscriber still stuck then is marked slow and not waited for until it
-// has caught up (its overflow is dropped by mochi and counted). QoS 0 is
+// MaximumInflight) unacknowledged, at most 1 s per delivery however many
+// subscribers are busy: those still stuck then are marked slow and not
+// waited for until they have caught up (their overflow is dropped by mochi
+// and counted). QoS 0 is
 // not paced; offline persistent sessions are never waited for. Kafka is the
 // buffer, not the subscribers' queues: a backlog waits in the topic.
 //

@@ -66,7 +66,11 @@ func (p *pacer) signal() {
 
 // wait returns true once every connected subscriber of topic is below the
 // limit (or marked slow), false when ctx ended first. The fast path is one
-// atomic load.
+// atomic load. One delivery waits at most maxWait in all, however many of
+// its subscribers are busy: those still busy then are marked slow. (Each
+// subscriber had maxWait of its own, so N subscribers taking turns to hold
+// their acknowledgements delayed every delivery of the topic, to everyone,
+// by N times maxWait per episode.)
 func (p *pacer) wait(ctx context.Context, topic string) bool {
 	if atomic.LoadInt64(&p.server.Info.Inflight) < int64(p.limit) {
 		if len(p.slow) > 0 {
@@ -74,19 +78,25 @@ func (p *pacer) wait(ctx context.Context, topic string) bool {
 		}
 		return true
 	}
+	var timer *time.Timer // the delivery's maxWait, started at its first wait
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	subs := p.server.Topics.Subscribers(topic)
 	for id := range subs.Subscriptions {
-		p.waitClient(ctx, id)
+		p.waitClient(ctx, id, &timer)
 	}
 	for _, group := range subs.Shared {
 		for id := range group {
-			p.waitClient(ctx, id)
+			p.waitClient(ctx, id, &timer)
 		}
 	}
 	return ctx.Err() == nil
 }
 
-func (p *pacer) waitClient(ctx context.Context, id string) {
+func (p *pacer) waitClient(ctx context.Context, id string, timer **time.Timer) {
 	cl, ok := p.server.Clients.Get(id)
 	if !ok || cl.Net.Inline {
 		return
@@ -102,20 +112,28 @@ func (p *pacer) waitClient(ctx context.Context, id string) {
 	p.waits.Add(1)
 	p.waiting.Store(true)
 	defer p.waiting.Store(false)
-	timer := time.NewTimer(p.maxWait)
-	defer timer.Stop()
+	if *timer == nil {
+		*timer = time.NewTimer(p.maxWait)
+	}
 	for busy() {
 		select {
 		case <-p.wake:
-		case <-timer.C:
-			p.slow[id] = struct{}{}
-			p.log.Warn("slow MQTT subscriber: no longer waiting for it; its overflow is dropped and counted",
-				"client", id, "unacked", cl.State.Inflight.Len(), "waited", p.maxWait)
+		case <-(*timer).C:
+			p.markSlow(id, cl)
+			// Fired: the others still busy are marked at once.
+			*timer = time.NewTimer(0)
 			return
 		case <-ctx.Done():
 			return
 		}
 	}
+}
+
+// markSlow stops waiting for a subscriber until it has caught up.
+func (p *pacer) markSlow(id string, cl *mqtt.Client) {
+	p.slow[id] = struct{}{}
+	p.log.Warn("slow MQTT subscriber: no longer waiting for it; its overflow is dropped and counted",
+		"client", id, "unacked", cl.State.Inflight.Len(), "waited", p.maxWait)
 }
 
 // drain waits, up to timeout, until no connected client has unacknowledged
