@@ -606,7 +606,7 @@ func (h *sessionHook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, 
 		}
 		c := m.c
 		if ok {
-			o.pos.sent(pk.PacketID, c)
+			o.pos.sent(pk.PacketID, c, pk.FixedHeader.Qos)
 		}
 		if h.tracking.Load() != 0 { // no replay anywhere: skip the hold's lock
 			o.live.enqueued(pk.PacketID, c)
