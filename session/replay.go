@@ -257,8 +257,13 @@ func (rs *replayRun) resendReleases() error {
 	return nil
 }
 
-// goLive puts the resumed subscriptions into the broker's index.
+// goLive ends the first pass: live QoS 1/2 deliveries are no longer
+// discarded as the replay's (ownedSession.early); they wait behind the
+// last pass (replay_hold.go). The resumed subscriptions are in the
+// broker's index since the CONNACK; this puts them there with the options
+// of a SUBSCRIBE of the same filter meanwhile.
 func (rs *replayRun) goLive() {
+	rs.o.early.Store(false)
 	s := rs.r.h.server
 	for _, sub := range rs.o.takeResumed() {
 		sb := toPacketSub(sub) // subscribed again meanwhile: with its new options
