@@ -326,6 +326,7 @@ func (b *Bridge) start(ctx context.Context) error {
 func (b *Bridge) mochiOptions() *mqtt.Options {
 	caps := mqtt.NewDefaultServerCapabilities()
 	caps.MaximumPacketSize = uint32(b.cfg.MQTT.MaxPacketSize)
+	caps.MaximumTopicLevels, caps.MaximumTopicLength = b.cfg.MQTT.MaxTopicLevels, b.cfg.MQTT.MaxTopicLength
 	caps.MaximumClientWritesPending = int32(b.cfg.MQTT.ClientWritesPending)
 	caps.ReceiveMaximum = uint16(b.cfg.MQTT.MaxInflight)
 	// The expiry of 3.1.1 persistent sessions, and the most an MQTT 5

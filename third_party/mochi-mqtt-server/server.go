@@ -61,6 +61,8 @@ type Capabilities struct {
 	RetainAvailable              byte            `yaml:"retain_available" json:"retain_available"`                 // support of retain messages
 	WildcardSubAvailable         byte            `yaml:"wildcard_sub_available" json:"wildcard_sub_available"`     // support of wildcard subscriptions
 	SubIDAvailable               byte            `yaml:"sub_id_available" json:"sub_id_available"`                 // support of subscription identifiers
+	MaximumTopicLevels           int             `yaml:"maximum_topic_levels" json:"maximum_topic_levels"`         // most levels of a topic name or filter, no limit if 0
+	MaximumTopicLength           int             `yaml:"maximum_topic_length" json:"maximum_topic_length"`         // longest topic name or filter in bytes, no limit if 0
 }
 
 // NewDefaultServerCapabilities defines the default features and capabilities provided by the server.
@@ -862,6 +864,20 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 		return nil
 	}
 
+	if !cl.Net.Inline && !s.withinTopicBounds(pk.TopicName) {
+		if pk.FixedHeader.Qos == 0 {
+			return nil
+		}
+		if cl.Properties.ProtocolVersion != 5 {
+			return s.DisconnectClient(cl, packets.ErrTopicNameInvalid)
+		}
+		ackType := packets.Puback
+		if pk.FixedHeader.Qos == 2 {
+			ackType = packets.Pubrec
+		}
+		return cl.WritePacket(s.buildAck(pk.PacketID, ackType, 0, pk.Properties, packets.ErrTopicNameInvalid))
+	}
+
 	if atomic.LoadInt32(&cl.State.Inflight.receiveQuota) == 0 {
 		return s.DisconnectClient(cl, packets.ErrReceiveMaximum) // ~[MQTT-3.3.4-7] ~[MQTT-3.3.4-8]
 	}
@@ -1238,6 +1254,19 @@ func (s *Server) processPubcomp(cl *Client, pk packets.Packet) error {
 	return nil
 }
 
+// withinTopicBounds reports whether a topic name or filter has at most
+// Capabilities.MaximumTopicLength bytes and MaximumTopicLevels levels (0: no
+// limit). Checked before any work on the topics index, whose walk of a
+// filter is quadratic in its levels.
+func (s *Server) withinTopicBounds(topic string) bool {
+	caps := s.Options.Capabilities
+	if caps.MaximumTopicLength > 0 && len(topic) > caps.MaximumTopicLength {
+		return false
+	}
+	return caps.MaximumTopicLevels <= 0 || len(topic) < caps.MaximumTopicLevels ||
+		strings.Count(topic, "/") < caps.MaximumTopicLevels
+}
+
 // processSubscribe processes a Subscribe packet.
 func (s *Server) processSubscribe(cl *Client, pk packets.Packet) error {
 	pk = s.hooks.OnSubscribe(cl, pk)
@@ -1252,7 +1281,7 @@ func (s *Server) processSubscribe(cl *Client, pk packets.Packet) error {
 		if code != packets.CodeSuccess {
 			reasonCodes[i] = code.Code // NB 3.9.3 Non-normative 0x91
 			continue
-		} else if !IsValidFilter(sub.Filter, false) {
+		} else if !s.withinTopicBounds(sub.Filter) || !IsValidFilter(sub.Filter, false) {
 			reasonCodes[i] = packets.ErrTopicFilterInvalid.Code
 		} else if sub.NoLocal && IsSharedFilter(sub.Filter) {
 			reasonCodes[i] = packets.ErrProtocolViolationInvalidSharedNoLocal.Code // [MQTT-3.8.3-4]
@@ -1325,6 +1354,11 @@ func (s *Server) processUnsubscribe(cl *Client, pk packets.Packet) error {
 	for i, sub := range pk.Filters { // [MQTT-3.10.4-6] [MQTT-3.11.3-1]
 		if code != packets.CodeSuccess {
 			reasonCodes[i] = code.Code // NB 3.11.3 Non-normative 0x91
+			continue
+		}
+
+		if !s.withinTopicBounds(sub.Filter) { // never subscribed: the index is not walked for it
+			reasonCodes[i] = packets.CodeNoSubscriptionExisted.Code
 			continue
 		}
 
