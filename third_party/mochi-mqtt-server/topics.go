@@ -544,6 +544,14 @@ func (x *TopicsIndex) scanMessages(filter string, d int, n *particle, pks []pack
 	}
 
 	key, hasNext := isolateParticle(filter, d)
+	if key == "#" && n != x.root && d == strings.Count(filter, "/") {
+		// Ferry: "#" matches the parent level too [MQTT-4.7.1-2]: "sport/tennis/#" the
+		// retained message of "sport/tennis" (d is the "#"'s own level here, not one of the
+		// deeper ones the scan below recurses into with the same key).
+		if pk, ok := x.Retained.Get(n.retainPath); ok && n.retainPath != "" {
+			pks = append(pks, pk)
+		}
+	}
 	if key == "+" || key == "#" || d == -1 {
 		for _, adjacent := range n.particles.getAll() {
 			if d == 0 && adjacent.key == SysPrefix {
