@@ -78,3 +78,33 @@ func TestEdgesQoS2ResendOnResume(t *testing.T) {
 		}
 	}
 }
+
+// TestEdgesHeldBackQoS2StaysInFlight (issue 53 item 10): a QoS 2 message
+// held back by the client's Receive Maximum (1) is, once sent, in flight:
+// the client's PUBREC gets PUBREL 0x00, not 0x92 Packet Identifier not
+// found. MQTT 5 4.9 Flow Control: the server "MUST NOT send more than
+// Receive Maximum QoS 1 and QoS 2 PUBLISH packets for which it has not
+// received PUBACK, PUBCOMP, or PUBREC with a Reason Code of 128 or
+// greater" [MQTT-3.3.4-9]; a PUBREC of a message in flight is answered by
+// its PUBREL [MQTT-4.3.3-4].
+func TestEdgesHeldBackQoS2StaysInFlight(t *testing.T) {
+	b := startBridge(t, testConfig(""))
+	topic := "edges/held/" + randHex(4)
+	sub := dialLight5(t, b.MQTTAddr(), "held-"+randHex(3), true, packets.Properties{ReceiveMaximum: 1})
+	subscribeRaw(t, sub, 5, topic, 2)
+	publishQoS2Raw(t, b.MQTTAddr(), topic, "first", 5)
+	publishQoS2Raw(t, b.MQTTAddr(), topic, "second", 5)
+	for _, want := range []string{"first", "second"} {
+		pk := sub.nextOf(t, 5, packets.Publish, 15*time.Second)
+		if string(pk.Payload) != want || pk.FixedHeader.Qos != 2 {
+			t.Fatalf("got %q at QoS %d, want %s at QoS 2", pk.Payload, pk.FixedHeader.Qos, want)
+		}
+		// "second" waits for the end of the exchange of "first".
+		sub.send(t, 5, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrec}, PacketID: pk.PacketID})
+		rel := sub.nextOf(t, 5, packets.Pubrel, 10*time.Second)
+		if rel.PacketID != pk.PacketID || rel.ReasonCode != 0 {
+			t.Fatalf("PUBREC of %s (id %d): PUBREL id %d reason %#x, want reason 0x00", want, pk.PacketID, rel.PacketID, rel.ReasonCode)
+		}
+		sub.send(t, 5, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubcomp}, PacketID: pk.PacketID})
+	}
+}

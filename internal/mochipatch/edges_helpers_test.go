@@ -43,6 +43,23 @@ type rawClient struct {
 	conn net.Conn
 	r    *bufio.Reader
 	done chan error // EstablishConnection's return
+	in   chan packets.Packet
+}
+
+// pump reads the server's packets as they come (next takes them from it):
+// a pipe has no buffer, and the server writes to a client under its lock.
+func (c *rawClient) pump() {
+	c.in = make(chan packets.Packet, 64)
+	go func() {
+		defer close(c.in)
+		for {
+			pk, err := c.tryNext(time.Minute)
+			if err != nil {
+				return
+			}
+			c.in <- pk
+		}
+	}()
 }
 
 // dialRaw sends connect (its ProtocolVersion set to v) on a new
@@ -124,6 +141,17 @@ func (c *rawClient) write(b []byte) {
 // none comes).
 func (c *rawClient) next(within time.Duration) packets.Packet {
 	c.t.Helper()
+	if c.in != nil {
+		select {
+		case pk, ok := <-c.in:
+			if !ok {
+				c.t.Fatal("reading a packet: connection closed")
+			}
+			return pk
+		case <-time.After(within):
+			c.t.Fatalf("no packet within %s", within)
+		}
+	}
 	pk, err := c.tryNext(within)
 	if err != nil {
 		c.t.Fatalf("reading a packet: %v", err)

@@ -724,9 +724,10 @@ func (s *Server) processPacket(cl *Client, pk packets.Packet) error {
 		next, ok := cl.State.Inflight.NextImmediate()
 		if ok {
 			_ = cl.WritePacket(next)
-			if ok := cl.State.Inflight.Delete(next.PacketID); ok {
-				atomic.AddInt64(&s.Info.Inflight, -1)
-			}
+			// Ferry: sent, it is in flight like any other until its PUBACK / PUBREC (it was
+			// deleted: its acknowledgement found no packet, a PUBREC got PUBREL 0x92).
+			next.Expiry = 0
+			cl.State.Inflight.Set(next)
 			cl.State.Inflight.DecreaseSendQuota()
 		}
 	}
