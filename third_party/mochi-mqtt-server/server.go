@@ -923,6 +923,11 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 
 	if pk.Properties.TopicAliasFlag && pk.Properties.TopicAlias > 0 { // [MQTT-3.3.2-11]
 		pk.TopicName = cl.State.TopicAliases.Inbound.Set(pk.Properties.TopicAlias, pk.TopicName)
+		if pk.TopicName == "" && !cl.Net.Inline {
+			// Ferry: an alias the client never mapped names no topic: a protocol error
+			// (3.3.2.3.4), not a publish to "" (it was stored as the alias's mapping).
+			return packets.ErrProtocolViolationNoTopic
+		}
 	}
 
 	if pk.FixedHeader.Qos > s.Options.Capabilities.MaximumQos {

@@ -59,6 +59,10 @@ func (a *InboundTopicAliases) Set(id uint16, topic string) string {
 		return existing
 	}
 
+	if topic == "" { // Ferry: no mapping to use, and none to make
+		return ""
+	}
+
 	a.internal[id] = topic
 	return topic
 }
