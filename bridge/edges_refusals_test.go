@@ -21,3 +21,27 @@ func TestEdgesUnknownTopicAlias(t *testing.T) {
 		t.Fatalf("PUBLISH with an unmapped Topic Alias: DISCONNECT %#x (-1: none), acknowledged %v; want DISCONNECT 0x82", code, acked)
 	}
 }
+
+// TestEdgesSysPublishAnswered (issue 53 item 9): a client's QoS 1 PUBLISH
+// to $SYS/... is answered, not dropped with the connection left open: the
+// server does not take $SYS topics from clients (4.7.2 "The Server SHOULD
+// prevent Clients from using such Topic Names to exchange messages with
+// other Clients"), and says so: MQTT 5 PUBACK 0x90 Topic Name invalid
+// ("not accepted by this Client or Server", 3.4.2.1); MQTT 3.1.1, which
+// has no negative PUBACK, closes the connection.
+func TestEdgesSysPublishAnswered(t *testing.T) {
+	b := startBridge(t, testConfig(""))
+	for _, v := range []byte{4, 5} {
+		c := dialClean(t, b.MQTTAddr(), v)
+		c.send(t, v, publishPacket("$SYS/broker/edges", 1, 9, "x"))
+		if v == 5 {
+			if ack := c.nextOf(t, v, packets.Puback, 5*time.Second); ack.PacketID != 9 || ack.ReasonCode != 0x90 {
+				t.Fatalf("v5: PUBACK id %d reason %#x, want 9 0x90", ack.PacketID, ack.ReasonCode)
+			}
+			continue
+		}
+		if code, acked := expectRefusal(t, c, 5*time.Second); acked {
+			t.Fatalf("v4: acknowledged (disconnect %d)", code)
+		}
+	}
+}

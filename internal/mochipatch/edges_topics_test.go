@@ -94,3 +94,29 @@ func BenchmarkWorstCaseSubscribe(b *testing.B) {
 		})
 	}
 }
+
+// TestSysPublishIsAnswered (FERRY.md "edges 9"): a client's QoS 1 PUBLISH
+// to a $SYS topic, which the server does not accept from clients (4.7.2:
+// "The Server SHOULD prevent Clients from using such Topic Names to
+// exchange messages with other Clients"), is answered: MQTT 5 PUBACK 0x90
+// Topic Name invalid ("The Topic Name is not malformed, but is not
+// accepted by this Client or Server", 3.4.2.1), MQTT 3.1.1 (no negative
+// PUBACK) by closing the connection. Upstream dropped it unanswered and
+// kept the connection: the client waits for its PUBACK for ever.
+func TestSysPublishIsAnswered(t *testing.T) {
+	s := edgeServer(t)
+	for _, v := range []byte{4, 5} {
+		c := connected(t, s, v, "sys"+string(rune('0'+v)))
+		c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, PacketID: 7,
+			TopicName: "$SYS/broker/x", Payload: []byte("x")})
+		if v == 5 {
+			if ack := c.next(time.Second); ack.FixedHeader.Type != packets.Puback || ack.PacketID != 7 || ack.ReasonCode != 0x90 {
+				t.Fatalf("v5: type %d id %d reason %#x, want PUBACK 7 0x90", ack.FixedHeader.Type, ack.PacketID, ack.ReasonCode)
+			}
+			continue
+		}
+		if closed, got := c.closed(time.Second); !closed {
+			t.Fatalf("v4: connection still open (got %v)", got)
+		}
+	}
+}

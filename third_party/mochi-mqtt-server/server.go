@@ -861,11 +861,9 @@ func (s *Server) InjectPacket(cl *Client, pk packets.Packet) error {
 
 // processPublish processes a Publish packet.
 func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
-	if !cl.Net.Inline && !IsValidFilter(pk.TopicName, true) {
-		return nil
-	}
-
-	if !cl.Net.Inline && !s.withinTopicBounds(pk.TopicName) {
+	if !cl.Net.Inline && (!IsValidFilter(pk.TopicName, true) || !s.withinTopicBounds(pk.TopicName)) {
+		// Ferry: answered (a $SYS topic was dropped unanswered, the client waiting for its
+		// PUBACK), as a publish the ACL denies: QoS 0 dropped, 3.1.1 disconnected, 5 told why.
 		if pk.FixedHeader.Qos == 0 {
 			return nil
 		}
