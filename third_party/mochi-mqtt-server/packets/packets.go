@@ -480,7 +480,7 @@ func (pk *Packet) ConnectValidate() Code {
 	}
 
 	if pk.Connect.WillFlag {
-		if len(pk.Connect.WillPayload) == 0 || pk.Connect.WillTopic == "" {
+		if pk.Connect.WillTopic == "" { // Ferry: a zero-length Will Payload is a Will (3.1.3.4)
 			return ErrProtocolViolationWillFlagNoPayload // [MQTT-3.1.2-9]
 		}
 

@@ -1,0 +1,77 @@
+package bridge
+
+import (
+	"bufio"
+	"bytes"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// rawConnect writes connect on a new connection and reports what the
+// server answered before closing or within 5 s: the CONNACK's body (nil:
+// none), and whether the server closed the connection. The connection is
+// returned open when it was accepted.
+func rawConnect(t *testing.T, addr string, connect packets.Packet) (connack []byte, closed bool, c *lightClient) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	c = &lightClient{conn: conn, r: bufio.NewReaderSize(conn, 256)}
+	connect.FixedHeader.Type = packets.Connect
+	var b bytes.Buffer
+	if err := connect.ConnectEncode(&b); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Write(b.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	typ, body, err := c.read()
+	if err != nil {
+		return nil, !isTimeout(err), c
+	}
+	if typ>>4 != packets.Connack {
+		t.Fatalf("first packet from the server: type %d, want CONNACK", typ>>4)
+	}
+	if len(body) >= 2 && body[1] != 0 { // refused: the server must close
+		_, _, err := c.read()
+		return body, err != nil && !isTimeout(err), c
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return body, false, c
+}
+
+// willConnect is a CONNECT of MQTT version v (4: 3.1.1, 5) with a Will.
+func willConnect(v byte, id, topic string, payload []byte) packets.Packet {
+	return packets.Packet{ProtocolVersion: v, Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 30,
+		ClientIdentifier: id, WillFlag: true, WillTopic: topic, WillPayload: payload, WillQos: 1}}
+}
+
+// TestEdgesZeroLengthWillPayload (issue 53 item 4): a CONNECT whose Will
+// Payload is zero length is accepted, and its Will (an empty message) is
+// published when the connection is lost. 3.1.1 3.1.3.4: "The Will Message
+// defines the Application Message ... This field consists of a two byte
+// length followed by the payload"; a zero length is a length; MQTT 5
+// 3.1.3.4 alike. It was refused (3.1.1 CONNACK 3, 5: 0x82).
+func TestEdgesZeroLengthWillPayload(t *testing.T) {
+	b := startBridge(t, testConfig(""))
+	for _, v := range []byte{4, 5} {
+		topic := "edges/emptywill/" + randHex(4)
+		sub := dialClean(t, b.MQTTAddr(), v)
+		subscribeRaw(t, sub, v, topic, 1)
+		ack, closed, c := rawConnect(t, b.MQTTAddr(), willConnect(v, "emptywill-"+randHex(3), topic, nil))
+		if len(ack) < 2 || ack[1] != 0 || closed {
+			t.Fatalf("v%d CONNECT with a zero-length Will Payload: CONNACK %x, closed %v; want accepted", v, ack, closed)
+		}
+		c.close() // no DISCONNECT: the Will is published
+		if got := sub.nextOf(t, v, packets.Publish, 10*time.Second); got.TopicName != topic || len(got.Payload) != 0 {
+			t.Fatalf("v%d: got %q on %s, want the empty Will on %s", v, got.Payload, got.TopicName, topic)
+		}
+	}
+}
+
