@@ -75,3 +75,22 @@ func TestEdgesZeroLengthWillPayload(t *testing.T) {
 	}
 }
 
+// TestEdgesEmptyWillTopicV311 (issue 53 item 5): a 3.1.1 CONNECT with the
+// Will Flag set and a zero-length Will Topic does not conform (a Topic
+// Name is at least one character [MQTT-4.7.3-1], and the Will Topic is
+// one [MQTT-3.1.3-10]): "If it does not conform, the Server MUST close the
+// Network Connection without sending a CONNACK" [MQTT-3.1.4-1]. It got
+// CONNACK 3 first. (MQTT 5 may send a CONNACK 0x80 or above first, and
+// does: 0x82.)
+func TestEdgesEmptyWillTopicV311(t *testing.T) {
+	b := startBridge(t, testConfig(""))
+	ack, closed, _ := rawConnect(t, b.MQTTAddr(), willConnect(4, "emptytopic-"+randHex(3), "", []byte("w")))
+	if ack != nil || !closed {
+		t.Fatalf("3.1.1 CONNECT with an empty Will Topic: CONNACK %x, closed %v; want the close without a CONNACK", ack, closed)
+	}
+	ack, closed, _ = rawConnect(t, b.MQTTAddr(), willConnect(5, "emptytopic5-"+randHex(3), "", []byte("w")))
+	if len(ack) < 2 || ack[1] != 0x82 || !closed {
+		t.Fatalf("MQTT 5 CONNECT with an empty Will Topic: CONNACK %x, closed %v; want CONNACK 0x82 and the close", ack, closed)
+	}
+}
+

@@ -27,3 +27,19 @@ func TestZeroLengthWillPayloadAccepted(t *testing.T) {
 	}
 }
 
+// TestEmptyWillTopicV311ClosedWithoutConnack (edges 5): a 3.1.1 CONNECT
+// with a zero-length Will Topic does not conform: "the Server MUST close
+// the Network Connection without sending a CONNACK" [MQTT-3.1.4-1];
+// upstream sent CONNACK 0x82 first. MQTT 5 still gets its CONNACK 0x82.
+func TestEmptyWillTopicV311ClosedWithoutConnack(t *testing.T) {
+	s := edgeServer(t)
+	c := dialRaw(t, s, 4, willConnectPacket("et4", "", []byte("w")))
+	if closed, got := c.closed(time.Second); !closed || len(got) != 0 {
+		t.Fatalf("3.1.1: closed %v after %d packets (%v), want the close and nothing", closed, len(got), got)
+	}
+	c = dialRaw(t, s, 5, willConnectPacket("et5", "", []byte("w")))
+	if ack := c.next(time.Second); ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0x82 {
+		t.Fatalf("MQTT 5: type %d reason %#x, want CONNACK 0x82", ack.FixedHeader.Type, ack.ReasonCode)
+	}
+}
+

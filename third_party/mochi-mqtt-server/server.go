@@ -430,6 +430,12 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 
 	code := s.validateConnect(cl, pk) // [MQTT-3.1.4-1] [MQTT-3.1.4-2]
 	if code != packets.CodeSuccess {
+		if cl.Properties.ProtocolVersion < 5 && code.Code == packets.ErrProtocolViolation.Code &&
+			code != packets.ErrProtocolViolationProtocolVersion {
+			// Ferry: a 3.1.x CONNECT that does not conform is closed without a CONNACK
+			// [MQTT-3.1.4-1] (3.1.1 has no return code for it; this sent 0x82).
+			return code
+		}
 		if err := s.SendConnack(cl, code, false, nil); err != nil {
 			return fmt.Errorf("invalid connection send ack: %w", err)
 		}

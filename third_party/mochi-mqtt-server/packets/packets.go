@@ -481,7 +481,7 @@ func (pk *Packet) ConnectValidate() Code {
 
 	if pk.Connect.WillFlag {
 		if pk.Connect.WillTopic == "" { // Ferry: a zero-length Will Payload is a Will (3.1.3.4)
-			return ErrProtocolViolationWillFlagNoPayload // [MQTT-3.1.2-9]
+			return ErrProtocolViolationInvalidTopic // [MQTT-3.1.2-9] [MQTT-4.7.3-1]
 		}
 
 		if pk.Connect.WillQos > 2 {
