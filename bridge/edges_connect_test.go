@@ -94,3 +94,25 @@ func TestEdgesEmptyWillTopicV311(t *testing.T) {
 	}
 }
 
+// TestEdgesMQTT31SessionPresentReserved (issue 53 item 15): MQTT 3.1
+// (protocol name MQIsdp, level 3) has no Session Present: the first byte
+// of its CONNACK's variable header is reserved, zero (MQTT 3.1 CONNACK:
+// "Reserved values. Not used."). A second connection of a CleanSession 0
+// client got the bit set.
+func TestEdgesMQTT31SessionPresentReserved(t *testing.T) {
+	b := startBridge(t, testConfig(""))
+	id := "mqtt31-" + randHex(3)
+	connect := packets.Packet{ProtocolVersion: 3, Connect: packets.ConnectParams{ProtocolName: []byte("MQIsdp"), Keepalive: 30, ClientIdentifier: id}}
+	for i := range 2 {
+		ack, closed, c := rawConnect(t, b.MQTTAddr(), connect)
+		if len(ack) != 2 || ack[1] != 0 || closed {
+			t.Fatalf("MQTT 3.1 CONNECT %d: CONNACK %x closed %v, want accepted", i+1, ack, closed)
+		}
+		if ack[0] != 0 {
+			t.Fatalf("MQTT 3.1 CONNECT %d (CleanSession 0): CONNACK's first byte %#x, want 0 (reserved in 3.1)", i+1, ack[0])
+		}
+		c.close()
+		waitFor(t, 10*time.Second, "the first connection gone", func() bool { return sessionOffline(b, id) || i == 1 })
+	}
+}
+

@@ -43,3 +43,26 @@ func TestEmptyWillTopicV311ClosedWithoutConnack(t *testing.T) {
 	}
 }
 
+// TestMQTT31ConnackHasNoSessionPresent (edges 15): the first byte of an
+// MQTT 3.1 (MQIsdp, level 3) CONNACK is reserved; upstream set its
+// Session Present bit for a CleanSession 0 client resuming.
+func TestMQTT31ConnackHasNoSessionPresent(t *testing.T) {
+	s := edgeServer(t)
+	for i := range 2 {
+		c := dialRaw(t, s, 3, packets.Packet{Connect: packets.ConnectParams{Keepalive: 30, ClientIdentifier: "v31"}})
+		ack := c.next(time.Second)
+		if ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0 || ack.SessionPresent {
+			t.Fatalf("connect %d: type %d reason %#x session present %v, want accepted with the reserved byte 0",
+				i+1, ack.FixedHeader.Type, ack.ReasonCode, ack.SessionPresent)
+		}
+		c.conn.Close()
+		deadline := time.Now().Add(time.Second)
+		for cl, ok := s.Clients.Get("v31"); ok && !cl.Closed(); cl, ok = s.Clients.Get("v31") {
+			if time.Now().After(deadline) {
+				t.Fatal("the first connection not gone")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+

@@ -500,7 +500,11 @@ func (pk *Packet) ConnectValidate() Code {
 func (pk *Packet) ConnackEncode(buf *bytes.Buffer) error {
 	nb := mempool.GetBuffer()
 	defer mempool.PutBuffer(nb)
-	nb.WriteByte(encodeBool(pk.SessionPresent))
+	if pk.ProtocolVersion == 3 { // Ferry: MQTT 3.1 has no Session Present, the byte is reserved
+		nb.WriteByte(0)
+	} else {
+		nb.WriteByte(encodeBool(pk.SessionPresent))
+	}
 	nb.WriteByte(pk.ReasonCode)
 
 	if pk.ProtocolVersion == 5 {
