@@ -116,3 +116,20 @@ func TestEdgesMQTT31SessionPresentReserved(t *testing.T) {
 	}
 }
 
+// TestEdgesUnsupportedProtocolLevelV311 (issue 53 item 16): a CONNECT of
+// a protocol level the server does not support gets the 3.1.1 CONNACK
+// return code 0x01: "The Server MUST respond to the CONNECT Packet with a
+// CONNACK return code 0x01 (unacceptable protocol level) and then
+// disconnect the Client if the Protocol Level is not supported by the
+// Server" [MQTT-3.1.2-2]. It got 0x82 (3.1.1 has no such code), 3 from
+// Ferry's compat layer.
+func TestEdgesUnsupportedProtocolLevelV311(t *testing.T) {
+	b := startBridge(t, testConfig(""))
+	for _, level := range []byte{3, 6} { // "MQTT" is levels 4 and 5; 3 is "MQIsdp"'s
+		ack, closed, _ := rawConnect(t, b.MQTTAddr(), packets.Packet{ProtocolVersion: level,
+			Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 30, ClientIdentifier: "level-" + randHex(3)}})
+		if len(ack) != 2 || ack[1] != 0x01 || !closed {
+			t.Fatalf("CONNECT \"MQTT\" level %d: CONNACK %x closed %v; want the 3.1.1 CONNACK 0x01 and the close", level, ack, closed)
+		}
+	}
+}

@@ -66,3 +66,17 @@ func TestMQTT31ConnackHasNoSessionPresent(t *testing.T) {
 	}
 }
 
+// TestUnsupportedProtocolLevelGets0x01 (edges 16): "MQTT" at a level the
+// server does not support gets the 3.1.1 CONNACK return code 0x01
+// [MQTT-3.1.2-2]; upstream sent 0x82, which 3.1.1 does not define.
+func TestUnsupportedProtocolLevelGets0x01(t *testing.T) {
+	s := edgeServer(t)
+	for _, level := range []byte{3, 6} {
+		c := dialRaw(t, s, level, packets.Packet{Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 30,
+			ClientIdentifier: "lvl"}})
+		c.v = 4 // the answer is a 3.1.1 CONNACK
+		if ack := c.next(time.Second); ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0x01 {
+			t.Fatalf("level %d: type %d reason %#x, want CONNACK 0x01", level, ack.FixedHeader.Type, ack.ReasonCode)
+		}
+	}
+}

@@ -430,8 +430,11 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 
 	code := s.validateConnect(cl, pk) // [MQTT-3.1.4-1] [MQTT-3.1.4-2]
 	if code != packets.CodeSuccess {
-		if cl.Properties.ProtocolVersion < 5 && code.Code == packets.ErrProtocolViolation.Code &&
-			code != packets.ErrProtocolViolationProtocolVersion {
+		if code == packets.ErrProtocolViolationProtocolVersion {
+			// Ferry: a level the server does not support: 3.1.1's return code 0x01
+			// [MQTT-3.1.2-2] (MQTT 5's 0x84 to a level 5 client); it sent 0x82.
+			code = packets.ErrUnsupportedProtocolVersion
+		} else if cl.Properties.ProtocolVersion < 5 && code.Code == packets.ErrProtocolViolation.Code {
 			// Ferry: a 3.1.x CONNECT that does not conform is closed without a CONNACK
 			// [MQTT-3.1.4-1] (3.1.1 has no return code for it; this sent 0x82).
 			return code
@@ -626,7 +629,7 @@ func (s *Server) SendConnack(cl *Client, reason packets.Code, present bool, prop
 	}
 
 	if reason.Code >= packets.ErrUnspecifiedError.Code {
-		if cl.Properties.ProtocolVersion < 5 {
+		if cl.Properties.ProtocolVersion != 5 { // Ferry: was < 5; a level above 5 gets a 3.1.1 CONNACK too
 			if v3reason, ok := packets.V5CodesToV3[reason]; ok { // NB v3 3.2.2.3 Connack return codes
 				reason = v3reason
 			}
