@@ -133,3 +133,20 @@ func TestEdgesUnsupportedProtocolLevelV311(t *testing.T) {
 		}
 	}
 }
+
+// TestEdgesUnknownAuthenticationMethod (issue 53 item 14): an MQTT 5
+// CONNECT naming an Authentication Method the server does not support (it
+// supports none: no enhanced authentication) is refused: "If the Server
+// does not support the Authentication Method supplied by the Client, it
+// MAY send a CONNACK with a Reason Code of 0x8C (Bad authentication
+// method) or 0x87 (Not Authorized) ... and MUST close the Network
+// Connection" [MQTT-4.12.0-1]. It was accepted with CONNACK 0x00.
+func TestEdgesUnknownAuthenticationMethod(t *testing.T) {
+	b := startBridge(t, testConfig(""))
+	ack, closed, _ := rawConnect(t, b.MQTTAddr(), packets.Packet{ProtocolVersion: 5,
+		Connect:    packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, Keepalive: 30, ClientIdentifier: "authm-" + randHex(3)},
+		Properties: packets.Properties{AuthenticationMethod: "SCRAM-SHA-1", AuthenticationData: []byte("client-first")}})
+	if len(ack) < 2 || ack[1] != 0x8C || !closed {
+		t.Fatalf("CONNECT with Authentication Method SCRAM-SHA-1: CONNACK %x, closed %v; want CONNACK 0x8C and the close", ack, closed)
+	}
+}

@@ -80,3 +80,19 @@ func TestUnsupportedProtocolLevelGets0x01(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownAuthenticationMethodRefused (edges 14): with no hook doing
+// enhanced authentication (OnAuthPacket), a CONNECT naming an
+// Authentication Method gets CONNACK 0x8C Bad authentication method and
+// the close [MQTT-4.12.0-1]; upstream accepted it.
+func TestUnknownAuthenticationMethodRefused(t *testing.T) {
+	s := edgeServer(t)
+	c := dialRaw(t, s, 5, packets.Packet{Connect: packets.ConnectParams{Clean: true, Keepalive: 30, ClientIdentifier: "am"},
+		Properties: packets.Properties{AuthenticationMethod: "SCRAM-SHA-1"}})
+	if ack := c.next(time.Second); ack.FixedHeader.Type != packets.Connack || ack.ReasonCode != 0x8C {
+		t.Fatalf("type %d reason %#x, want CONNACK 0x8C", ack.FixedHeader.Type, ack.ReasonCode)
+	}
+	if closed, _ := c.closed(time.Second); !closed {
+		t.Fatal("connection left open")
+	}
+}

@@ -556,6 +556,12 @@ func (s *Server) validateConnect(cl *Client, pk packets.Packet) packets.Code {
 		return packets.ErrUnspecifiedError
 	}
 
+	if pk.Properties.AuthenticationMethod != "" && !s.hooks.Provides(OnAuthPacket) {
+		// Ferry: no hook does enhanced authentication, so no method is supported: refused
+		// and closed [MQTT-4.12.0-1] (it was accepted).
+		return packets.ErrBadAuthenticationMethod
+	}
+
 	if cl.Properties.ProtocolVersion < s.Options.Capabilities.MinimumProtocolVersion {
 		return packets.ErrUnsupportedProtocolVersion // [MQTT-3.1.2-2]
 	} else if cl.Properties.Will.Qos > s.Options.Capabilities.MaximumQos {
