@@ -45,3 +45,23 @@ func TestEdgesSysPublishAnswered(t *testing.T) {
 		}
 	}
 }
+
+// TestEdgesInvalidUTF8TopicTold (issue 53 item 13): an MQTT 5 PUBLISH or
+// SUBSCRIBE whose topic is not valid UTF-8 is a Malformed Packet [MQTT-1.5.4-1]
+// and ends the connection; the server tells the client why first: "the
+// Server ... SHOULD send a DISCONNECT packet containing the reason code
+// before closing" (4.13.1; 0x81 Malformed Packet). It closed without one.
+func TestEdgesInvalidUTF8TopicTold(t *testing.T) {
+	b := startBridge(t, testConfig(""))
+	for _, pk := range []packets.Packet{
+		publishPacket("edges/\xff\xfe", 1, 1, "x"),
+		{FixedHeader: packets.FixedHeader{Type: packets.Subscribe}, PacketID: 2, Filters: packets.Subscriptions{{Filter: "edges/\xff\xfe"}}},
+	} {
+		c := dialLight5(t, b.MQTTAddr(), "utf8-"+randHex(3), true, packets.Properties{})
+		c.send(t, 5, pk)
+		if code, acked := expectRefusal(t, c, 5*time.Second); code != 0x81 || acked {
+			t.Fatalf("%s with an invalid UTF-8 topic: DISCONNECT %#x (-1: none), acknowledged %v; want DISCONNECT 0x81 before the close",
+				packets.PacketNames[pk.FixedHeader.Type], code, acked)
+		}
+	}
+}

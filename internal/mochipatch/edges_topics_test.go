@@ -120,3 +120,17 @@ func TestSysPublishIsAnswered(t *testing.T) {
 		}
 	}
 }
+
+// TestMalformedPacketToldBeforeClose (edges 13): an MQTT 5 client whose
+// packet does not decode (here a PUBLISH topic that is not UTF-8,
+// [MQTT-1.5.4-1]) gets DISCONNECT 0x81 Malformed Packet before the close
+// (4.13.1: the server SHOULD send one); upstream closed without it.
+func TestMalformedPacketToldBeforeClose(t *testing.T) {
+	s := edgeServer(t)
+	c := connected(t, s, 5, "utf8")
+	c.send(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish}, TopicName: "a/\xff", Payload: []byte("x")})
+	closed, got := c.closed(time.Second)
+	if !closed || len(got) != 1 || got[0].FixedHeader.Type != packets.Disconnect || got[0].ReasonCode != 0x81 {
+		t.Fatalf("closed %v after %d packets, want DISCONNECT 0x81 and the close", closed, len(got))
+	}
+}

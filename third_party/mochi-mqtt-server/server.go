@@ -486,6 +486,12 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 
 	err = cl.Read(s.receivePacket)
 	if err != nil {
+		var code packets.Code
+		if cl.Properties.ProtocolVersion == 5 && errors.As(err, &code) && code.Code >= packets.ErrUnspecifiedError.Code && !cl.Closed() {
+			// Ferry: a packet that did not decode (receivePacket told the others): the client is
+			// told why before the close (4.13.1, a SHOULD), 0x81 Malformed Packet mostly.
+			_ = s.DisconnectClient(cl, code)
+		}
 		s.sendLWT(cl)
 		cl.Stop(err)
 	} else {
