@@ -89,3 +89,23 @@ func dialClean(t testing.TB, addr string, v byte) *lightClient {
 	t.Cleanup(c.close)
 	return c
 }
+
+// TestTopicBoundsConfig: mqtt.max_topic_levels and mqtt.max_topic_length
+// default to 64 and 4096, come from the file, the environment
+// (FERRY_MQTT_MAX_TOPIC_LEVELS) and reach mochi's capabilities.
+func TestTopicBoundsConfig(t *testing.T) {
+	cfg, err := loadWith(t, "")
+	if err != nil || cfg.MQTT.MaxTopicLevels != 64 || cfg.MQTT.MaxTopicLength != 4096 {
+		t.Fatalf("defaults: %d levels, %d bytes, err %v; want 64, 4096", cfg.MQTT.MaxTopicLevels, cfg.MQTT.MaxTopicLength, err)
+	}
+	t.Setenv("FERRY_MQTT_MAX_TOPIC_LEVELS", "8")
+	cfg, err = loadWith(t, "mqtt:\n  max_topic_length: 100\n")
+	if err != nil || cfg.MQTT.MaxTopicLevels != 8 || cfg.MQTT.MaxTopicLength != 100 {
+		t.Fatalf("env and file: %d levels, %d bytes, err %v; want 8, 100", cfg.MQTT.MaxTopicLevels, cfg.MQTT.MaxTopicLength, err)
+	}
+	cfg.MQTT.Listen, cfg.HTTP.Listen = "127.0.0.1:0", ""
+	b := &Bridge{cfg: cfg, log: testLogger(t)}
+	if caps := b.mochiOptions().Capabilities; caps.MaximumTopicLevels != 8 || caps.MaximumTopicLength != 100 {
+		t.Fatalf("mochi capabilities: %d levels, %d bytes; want 8, 100", caps.MaximumTopicLevels, caps.MaximumTopicLength)
+	}
+}
