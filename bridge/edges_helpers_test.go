@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,6 +25,50 @@ func edgesPair(t *testing.T) (Config, Config) {
 		c.State.SessionsTopic, c.State.RetainedTopic, c.State.Partitions = "_ferry_sessions_e"+tag, "_ferry_retained_e"+tag, 1
 	}
 	return a, b
+}
+
+// instancePair is two instances sharing their state topics on the real
+// Kafka: startA starts the first and returns its MQTT address, offline
+// reports whether the first has recorded session id offline, startB
+// starts the second (a freshly started instance that knows the session
+// from Kafka alone).
+type instancePair struct {
+	startA, startB func() string
+	offline        func(id string) bool
+}
+
+// inProcessPair is an instancePair of in-process bridges (edgesPair).
+func inProcessPair(t *testing.T) instancePair {
+	ca, cb := edgesPair(t)
+	var a *Bridge
+	return instancePair{
+		startA:  func() string { a = startBridge(t, ca); return a.MQTTAddr() },
+		offline: func(id string) bool { return sessionOffline(a, id) },
+		startB:  func() string { return startBridge(t, cb).MQTTAddr() },
+	}
+}
+
+// binaryPair is an instancePair of cmd/bridge processes; offline reads the
+// session's record in the sessions topic.
+func binaryPair(t *testing.T) instancePair {
+	brokers := kafkatest.Brokers(t)
+	var sessions string
+	for _, kv := range stateEnv(t) {
+		if v, ok := strings.CutPrefix(kv, "FERRY_STATE_SESSIONS_TOPIC="); ok {
+			sessions = v
+		}
+	}
+	start := func(name string) func() string {
+		return func() string { return startFerry(t, name, "", "FERRY_KAFKA_BROKERS="+brokers).MQTTAddr }
+	}
+	return instancePair{
+		startA: start("ferry-a"),
+		offline: func(id string) bool {
+			rec := sessionIn(t, readTable(t, strings.Split(brokers, ","), sessions), id)
+			return rec != nil && !rec.Connected
+		},
+		startB: start("ferry-b"),
+	}
 }
 
 // dialPersistent connects a raw client of MQTT version v (4: 3.1.1, 5)
@@ -92,4 +137,39 @@ func (c *lightClient) nextOf(t testing.TB, v byte, typ byte, within time.Duratio
 			return pk
 		}
 	}
+}
+
+// TestEdgesBinary runs the raw-packet checks of issue 53 that need one
+// instance against the cmd/bridge binary (FERRY_TEST_BRIDGE_BIN, or built
+// here) on the real Kafka, as a third-party suite meets it; each check's
+// own test runs it against an in-process bridge.
+func TestEdgesBinary(t *testing.T) {
+	p := startFerry(t, "ferry-edges", "", "FERRY_KAFKA_BROKERS="+kafkatest.Brokers(t))
+	for _, c := range []struct {
+		name  string
+		check func(*testing.T, string)
+	}{
+		{"3-disconnect-with-will", edgesDisconnectWithWillMessage},
+		{"4-zero-length-will-payload", edgesZeroLengthWillPayload},
+		{"5-empty-will-topic-v311", edgesEmptyWillTopicV311},
+		{"6-topic-bounds", edgesTopicBounds},
+		{"7-unknown-topic-alias", edgesUnknownTopicAlias},
+		{"8-retained-hash-parent", edgesRetainedHashMatchesParent},
+		{"9-sys-publish-answered", edgesSysPublishAnswered},
+		{"10-held-back-qos2", edgesHeldBackQoS2StaysInFlight},
+		{"13-invalid-utf8-topic", edgesInvalidUTF8TopicTold},
+		{"14-unknown-auth-method", edgesUnknownAuthenticationMethod},
+		{"15-mqtt31-session-present", edgesMQTT31SessionPresentReserved},
+		{"16-unsupported-level", edgesUnsupportedProtocolLevelV311},
+	} {
+		t.Run(c.name, func(t *testing.T) { c.check(t, p.MQTTAddr) })
+	}
+}
+
+// TestEdgesBinaryResume runs the resume checks of issue 53 (items 11 and
+// 12) against two cmd/bridge processes on the real Kafka: the session
+// leaves the first and resumes on the second, freshly started.
+func TestEdgesBinaryResume(t *testing.T) {
+	t.Run("11-qos2-resend", func(t *testing.T) { edgesQoS2ResendOnResume(t, binaryPair) })
+	t.Run("12-subscriptions-live-at-connack", func(t *testing.T) { edgesResumedSubscriptionsLiveAtConnack(t, binaryPair) })
 }

@@ -28,16 +28,18 @@ import (
 //     "MUST NOT re-send the PUBLISH once it has sent the corresponding
 //     PUBREL packet" [MQTT-4.3.3-4] (3.1.1: "MUST send a PUBREL ... MUST
 //     NOT re-send the PUBLISH once it has sent the corresponding PUBREL").
-func TestEdgesQoS2ResendOnResume(t *testing.T) {
+func TestEdgesQoS2ResendOnResume(t *testing.T) { edgesQoS2ResendOnResume(t, inProcessPair) }
+
+func edgesQoS2ResendOnResume(t *testing.T, pair func(*testing.T) instancePair) {
 	for _, v := range []byte{4, 5} {
 		for _, pubrec := range []bool{false, true} {
 			t.Run(fmt.Sprintf("v%d/pubrec=%v", v, pubrec), func(t *testing.T) {
-				ca, cb := edgesPair(t)
-				a := startBridge(t, ca)
+				ip := pair(t)
+				aAddr := ip.startA()
 				id, topic := "q2resend-"+randHex(4), "edges/q2/"+randHex(4)
-				sub := dialPersistent(t, a.MQTTAddr(), id, v)
+				sub := dialPersistent(t, aAddr, id, v)
 				subscribeRaw(t, sub, v, topic, 2)
-				publishQoS2Raw(t, a.MQTTAddr(), topic, "m1", v)
+				publishQoS2Raw(t, aAddr, topic, "m1", v)
 				first := sub.nextOf(t, v, packets.Publish, 15*time.Second)
 				if first.FixedHeader.Qos != 2 || string(first.Payload) != "m1" {
 					t.Fatalf("first delivery: %q at QoS %d, want m1 at QoS 2", first.Payload, first.FixedHeader.Qos)
@@ -49,10 +51,10 @@ func TestEdgesQoS2ResendOnResume(t *testing.T) {
 					}
 				}
 				sub.close()
-				waitFor(t, 15*time.Second, "a records the session offline", func() bool { return sessionOffline(a, id) })
+				waitFor(t, 15*time.Second, "a records the session offline", func() bool { return ip.offline(id) })
 
-				b := startBridge(t, cb)
-				again := dialPersistent(t, b.MQTTAddr(), id, v)
+				bAddr := ip.startB()
+				again := dialPersistent(t, bAddr, id, v)
 				pk, _ := again.next(t, v, 20*time.Second)
 				if pubrec {
 					if pk.FixedHeader.Type != packets.Pubrel || pk.PacketID != first.PacketID {
@@ -62,7 +64,7 @@ func TestEdgesQoS2ResendOnResume(t *testing.T) {
 					again.send(t, v, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubcomp}, PacketID: pk.PacketID})
 					// Nothing of m1 after it: a marker published now is the
 					// next message.
-					publishQoS2Raw(t, b.MQTTAddr(), topic, "marker", v)
+					publishQoS2Raw(t, bAddr, topic, "marker", v)
 					next := again.nextOf(t, v, packets.Publish, 15*time.Second)
 					if string(next.Payload) != "marker" {
 						t.Fatalf("after the PUBREL's PUBCOMP the session got %q (QoS %d, DUP %v), want the marker", next.Payload, next.FixedHeader.Qos, next.FixedHeader.Dup)
@@ -88,12 +90,15 @@ func TestEdgesQoS2ResendOnResume(t *testing.T) {
 // greater" [MQTT-3.3.4-9]; a PUBREC of a message in flight is answered by
 // its PUBREL [MQTT-4.3.3-4].
 func TestEdgesHeldBackQoS2StaysInFlight(t *testing.T) {
-	b := startBridge(t, testConfig(""))
+	edgesHeldBackQoS2StaysInFlight(t, startBridge(t, testConfig("")).MQTTAddr())
+}
+
+func edgesHeldBackQoS2StaysInFlight(t *testing.T, addr string) {
 	topic := "edges/held/" + randHex(4)
-	sub := dialLight5(t, b.MQTTAddr(), "held-"+randHex(3), true, packets.Properties{ReceiveMaximum: 1})
+	sub := dialLight5(t, addr, "held-"+randHex(3), true, packets.Properties{ReceiveMaximum: 1})
 	subscribeRaw(t, sub, 5, topic, 2)
-	publishQoS2Raw(t, b.MQTTAddr(), topic, "first", 5)
-	publishQoS2Raw(t, b.MQTTAddr(), topic, "second", 5)
+	publishQoS2Raw(t, addr, topic, "first", 5)
+	publishQoS2Raw(t, addr, topic, "second", 5)
 	for _, want := range []string{"first", "second"} {
 		pk := sub.nextOf(t, 5, packets.Publish, 15*time.Second)
 		if string(pk.Payload) != want || pk.FixedHeader.Qos != 2 {

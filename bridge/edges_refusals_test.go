@@ -13,8 +13,11 @@ import (
 // alias and a non-zero length Topic Name): the server answers DISCONNECT
 // 0x82 Protocol Error and closes (4.13). It was silently ignored.
 func TestEdgesUnknownTopicAlias(t *testing.T) {
-	b := startBridge(t, testConfig(""))
-	c := dialLight5(t, b.MQTTAddr(), "alias-"+randHex(3), true, packets.Properties{})
+	edgesUnknownTopicAlias(t, startBridge(t, testConfig("")).MQTTAddr())
+}
+
+func edgesUnknownTopicAlias(t *testing.T, addr string) {
+	c := dialLight5(t, addr, "alias-"+randHex(3), true, packets.Properties{})
 	c.send(t, 5, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}, PacketID: 1,
 		Properties: packets.Properties{TopicAlias: 3, TopicAliasFlag: true}, Payload: []byte("x")})
 	if code, acked := expectRefusal(t, c, 5*time.Second); code != 0x82 || acked {
@@ -30,9 +33,12 @@ func TestEdgesUnknownTopicAlias(t *testing.T) {
 // ("not accepted by this Client or Server", 3.4.2.1); MQTT 3.1.1, which
 // has no negative PUBACK, closes the connection.
 func TestEdgesSysPublishAnswered(t *testing.T) {
-	b := startBridge(t, testConfig(""))
+	edgesSysPublishAnswered(t, startBridge(t, testConfig("")).MQTTAddr())
+}
+
+func edgesSysPublishAnswered(t *testing.T, addr string) {
 	for _, v := range []byte{4, 5} {
-		c := dialClean(t, b.MQTTAddr(), v)
+		c := dialClean(t, addr, v)
 		c.send(t, v, publishPacket("$SYS/broker/edges", 1, 9, "x"))
 		if v == 5 {
 			if ack := c.nextOf(t, v, packets.Puback, 5*time.Second); ack.PacketID != 9 || ack.ReasonCode != 0x90 {
@@ -52,12 +58,15 @@ func TestEdgesSysPublishAnswered(t *testing.T) {
 // Server ... SHOULD send a DISCONNECT packet containing the reason code
 // before closing" (4.13.1; 0x81 Malformed Packet). It closed without one.
 func TestEdgesInvalidUTF8TopicTold(t *testing.T) {
-	b := startBridge(t, testConfig(""))
+	edgesInvalidUTF8TopicTold(t, startBridge(t, testConfig("")).MQTTAddr())
+}
+
+func edgesInvalidUTF8TopicTold(t *testing.T, addr string) {
 	for _, pk := range []packets.Packet{
 		publishPacket("edges/\xff\xfe", 1, 1, "x"),
 		{FixedHeader: packets.FixedHeader{Type: packets.Subscribe}, PacketID: 2, Filters: packets.Subscriptions{{Filter: "edges/\xff\xfe"}}},
 	} {
-		c := dialLight5(t, b.MQTTAddr(), "utf8-"+randHex(3), true, packets.Properties{})
+		c := dialLight5(t, addr, "utf8-"+randHex(3), true, packets.Properties{})
 		c.send(t, 5, pk)
 		if code, acked := expectRefusal(t, c, 5*time.Second); code != 0x81 || acked {
 			t.Fatalf("%s with an invalid UTF-8 topic: DISCONNECT %#x (-1: none), acknowledged %v; want DISCONNECT 0x81 before the close",

@@ -23,23 +23,27 @@ import (
 // the QoS 0 messages published meanwhile were never delivered (QoS 0 is
 // not queued, so the replay does not bring them).
 func TestEdgesResumedSubscriptionsLiveAtConnack(t *testing.T) {
+	edgesResumedSubscriptionsLiveAtConnack(t, inProcessPair)
+}
+
+func edgesResumedSubscriptionsLiveAtConnack(t *testing.T, pair func(*testing.T) instancePair) {
 	for _, subQoS := range []byte{0, 1} {
 		t.Run(fmt.Sprintf("sub-qos%d", subQoS), func(t *testing.T) {
-			ca, cb := edgesPair(t)
-			a := startBridge(t, ca)
+			ip := pair(t)
+			aAddr := ip.startA()
 			id, topic := "live-at-connack-"+randHex(4), "edges/live/"+randHex(4)
-			sub := dialPersistent(t, a.MQTTAddr(), id, 4)
+			sub := dialPersistent(t, aAddr, id, 4)
 			subscribeRaw(t, sub, 4, topic, subQoS)
 			sub.close()
-			waitFor(t, 15*time.Second, "a records the session offline", func() bool { return sessionOffline(a, id) })
+			waitFor(t, 15*time.Second, "a records the session offline", func() bool { return ip.offline(id) })
 
-			b := startBridge(t, cb)
-			pub, err := dialLight(&net.Dialer{Timeout: 5 * time.Second}, b.MQTTAddr(), "live-pub-"+randHex(3), 4, 30)
+			bAddr := ip.startB()
+			pub, err := dialLight(&net.Dialer{Timeout: 5 * time.Second}, bAddr, "live-pub-"+randHex(3), 4, 30)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer pub.close()
-			again := dialPersistent(t, b.MQTTAddr(), id, 4) // CONNACK read: Session Present 1
+			again := dialPersistent(t, bAddr, id, 4) // CONNACK read: Session Present 1
 			for i := range 5 {
 				_ = pub.appendPublish(4, topic, 0, 0, []byte("q0-"+strconv.Itoa(i)))
 			}

@@ -15,16 +15,19 @@ import (
 // 3.1.1 3.3.1.3). Live delivery of the same message matched it; the
 // retained scan did not.
 func TestEdgesRetainedHashMatchesParent(t *testing.T) {
-	b := startBridge(t, testConfig(""))
+	edgesRetainedHashMatchesParent(t, startBridge(t, testConfig("")).MQTTAddr())
+}
+
+func edgesRetainedHashMatchesParent(t *testing.T, addr string) {
 	for _, v := range []byte{4, 5} {
 		prefix := "edges/ret" + randHex(3)
-		pub := dialClean(t, b.MQTTAddr(), v)
+		pub := dialClean(t, addr, v)
 		pub.send(t, v, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Retain: true},
 			PacketID: 1, TopicName: prefix + "/foo/bar/baz", Payload: []byte("kept")})
 		if ack := pub.nextOf(t, v, packets.Puback, 10*time.Second); ack.ReasonCode != 0 {
 			t.Fatalf("v%d retained publish: PUBACK %#x", v, ack.ReasonCode)
 		}
-		sub := dialClean(t, b.MQTTAddr(), v)
+		sub := dialClean(t, addr, v)
 		sub.send(t, v, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe}, PacketID: 2,
 			Filters: packets.Subscriptions{{Filter: prefix + "/foo/+/baz/#", Qos: 1}}})
 		sub.nextOf(t, v, packets.Suback, 10*time.Second)

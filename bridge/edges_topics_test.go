@@ -27,9 +27,12 @@ func deepTopic(levels int) string {
 // each level) before its SUBACK. A 64-level topic is subscribed and
 // delivered.
 func TestEdgesTopicBounds(t *testing.T) {
-	b := startBridge(t, testConfig(""))
+	edgesTopicBounds(t, startBridge(t, testConfig("")).MQTTAddr())
+}
+
+func edgesTopicBounds(t *testing.T, addr string) {
 	for _, v := range []byte{4, 5} {
-		c := dialClean(t, b.MQTTAddr(), v)
+		c := dialClean(t, addr, v)
 		refused := byte(0x8F)
 		if v == 4 {
 			refused = 0x80
