@@ -334,6 +334,7 @@ func (b *Bridge) start(ctx context.Context) error {
 func (b *Bridge) mochiOptions() *mqtt.Options {
 	caps := mqtt.NewDefaultServerCapabilities()
 	caps.MaximumPacketSize = uint32(b.cfg.MQTT.MaxPacketSize)
+	caps.MaximumTopicLevels, caps.MaximumTopicLength = b.cfg.MQTT.MaxTopicLevels, b.cfg.MQTT.MaxTopicLength
 	caps.MaximumClientWritesPending = int32(b.cfg.MQTT.ClientWritesPending)
 	caps.ReceiveMaximum = uint16(b.cfg.MQTT.MaxInflight)
 	if b.cfg.maxInflightOut > 0 {

@@ -103,6 +103,14 @@ type MQTTConfig struct {
 	MaxMessageExpiry time.Duration `mapstructure:"max_message_expiry" yaml:"max_message_expiry"`
 	// MaxPacketSize is the largest MQTT packet accepted, in bytes. Default: 1 MiB.
 	MaxPacketSize int `mapstructure:"max_packet_size" yaml:"max_packet_size"`
+	// MaxTopicLevels and MaxTopicLength bound a topic name or filter (its
+	// levels; its bytes): a SUBSCRIBE filter beyond them gets 0x8F Topic
+	// Filter invalid (3.1.1: 0x80), a QoS 1/2 PUBLISH 0x90 Topic Name
+	// invalid (3.1.1: the connection is closed; QoS 0: dropped), before any
+	// work on the broker's topic index (an unbounded filter of 65,535
+	// levels cost seconds of CPU). Default: 64 and 4096. Range 1..65535.
+	MaxTopicLevels int `mapstructure:"max_topic_levels" yaml:"max_topic_levels"`
+	MaxTopicLength int `mapstructure:"max_topic_length" yaml:"max_topic_length"`
 	// MaxInflight bounds the QoS 1/2 publishes of one client that wait for
 	// Kafka at once (pipelining depth). Default: 1024.
 	MaxInflight int `mapstructure:"max_inflight" yaml:"max_inflight"`
@@ -390,6 +398,8 @@ func DefaultConfig() Config {
 		MQTT: MQTTConfig{
 			Listen:              "127.0.0.1:1883",
 			MaxPacketSize:       1 << 20,
+			MaxTopicLevels:      64,
+			MaxTopicLength:      4096,
 			MaxInflight:         1024,
 			ClientWritesPending: 1024,
 			WriteTimeout:        10 * time.Second,
@@ -516,6 +526,12 @@ func (c Config) Validate() error {
 	}
 	if c.MQTT.MaxPacketSize < 64 {
 		bad("mqtt.max_packet_size", c.MQTT.MaxPacketSize, "must be at least 64")
+	}
+	if c.MQTT.MaxTopicLevels < 1 || c.MQTT.MaxTopicLevels > 65535 {
+		bad("mqtt.max_topic_levels", c.MQTT.MaxTopicLevels, "must be in 1..65535")
+	}
+	if c.MQTT.MaxTopicLength < 1 || c.MQTT.MaxTopicLength > 65535 {
+		bad("mqtt.max_topic_length", c.MQTT.MaxTopicLength, "must be in 1..65535")
 	}
 	if c.MQTT.MaxInflight < 1 || c.MQTT.MaxInflight > 65535 {
 		bad("mqtt.max_inflight", c.MQTT.MaxInflight, "must be in 1..65535")

@@ -64,6 +64,8 @@ func TestLoadConfigBadValueNamesKeyAndValue(t *testing.T) {
 		{"mqtt:\n  listen: nonsense\n", "mqtt.listen", "nonsense"},
 		{"log:\n  level: loud\n", "log.level", "loud"},
 		{"runtime:\n  gc_percent: 5\n", "runtime.gc_percent", "5"},
+		{"mqtt:\n  max_topic_levels: 0\n", "mqtt.max_topic_levels", "0"},
+		{"mqtt:\n  max_topic_length: 70000\n", "mqtt.max_topic_length", "70000"},
 		{"reverse:\n  topics: [\"/([/\"]\n", "reverse.topics[0]", "/([/"},
 	}
 	for _, tt := range tests {

@@ -49,9 +49,15 @@ func (c *lightClient) queue(t testing.TB, v byte, pk packets.Packet) {
 		err = pk.PublishEncode(&c.out)
 	case packets.Puback:
 		err = pk.PubackEncode(&c.out)
+	case packets.Pubrec:
+		err = pk.PubrecEncode(&c.out)
 	case packets.Pubrel:
 		pk.FixedHeader.Qos = 1
 		err = pk.PubrelEncode(&c.out)
+	case packets.Pubcomp:
+		err = pk.PubcompEncode(&c.out)
+	case packets.Disconnect:
+		err = pk.DisconnectEncode(&c.out)
 	case packets.Subscribe:
 		pk.FixedHeader.Qos = 1
 		err = pk.SubscribeEncode(&c.out)
@@ -93,6 +99,8 @@ func (c *lightClient) tryNext(v byte, within time.Duration) (pk packets.Packet, 
 		err = pk.PubackDecode(body)
 	case packets.Pubrec:
 		err = pk.PubrecDecode(body)
+	case packets.Pubrel:
+		err = pk.PubrelDecode(body)
 	case packets.Pubcomp:
 		err = pk.PubcompDecode(body)
 	case packets.Suback:

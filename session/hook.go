@@ -104,9 +104,15 @@ type ownedSession struct {
 	pos *sessionPositions // nil for a clean session
 
 	// resumed holds a resumed session's subscriptions while its replay
-	// catches up; they go live in the broker after it (replay.go).
+	// catches up (replay.go). They are in the broker's index from the
+	// CONNACK on (Session Present 1: the subscriptions exist), but until
+	// the replay's first pass ends (early) a live QoS 1/2 delivery of a
+	// Kafka record is discarded as a copy: the replay brings it, in order
+	// (its first pass, or its last, which reads what came meanwhile). QoS 0
+	// is not queued and not replayed: it is delivered live at once.
 	smu     sync.Mutex
 	resumed []state.Subscription
+	early   atomic.Bool
 
 	live liveHold // live deliveries wait while the replay's last pass runs
 }
@@ -243,7 +249,8 @@ func (h *sessionHook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 			o.pos.notLive()
 		}
 		o.resumed = rec.Subs
-		h.prepareLocal(cl.ID)
+		h.prepareLocal(cl.ID, rec.Subs)
+		o.early.Store(len(rec.Subs) > 0 && h.replays != nil)
 		h.metrics.resumed.Inc()
 	case resume:
 		// Nothing to resume in Kafka: an offline copy this broker still
@@ -377,7 +384,8 @@ func (h *sessionHook) subsDenied(cl *mqtt.Client, user []byte, filters []string)
 // cannot be checked (mochi keeps no name for one sent under a topic alias)
 // is taken out too and handed to the replay, which reads it from Kafka and
 // resends it if the ACL allows (replay.go deliver). A resume from the
-// record (prepareLocal) has no subscriptions left here.
+// record (prepareLocal) has only the resumed subscriptions here, screened
+// already (screenSubs).
 func (h *sessionHook) screenLocal(cl, existing *mqtt.Client, pos *sessionPositions) {
 	if h.canRead == nil {
 		return
@@ -462,9 +470,10 @@ func (h *sessionHook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, codes []b
 }
 
 // holdResubscribed: a filter the client subscribes to again while its
-// resumed subscriptions wait for the replay stays out of the broker's index
-// until the replay has caught up (else live messages would overtake
-// replayed ones); it goes live with the others, with the new options.
+// resumed subscriptions wait for the replay keeps its new options among
+// them: the replay delivers by them, and puts them in the broker's index
+// again when its first pass ends (live QoS 1/2 deliveries wait for it as
+// the resumed ones do: ownedSession.early).
 func (h *sessionHook) holdResubscribed(o *ownedSession, cl *mqtt.Client, pk packets.Packet, codes []byte) {
 	o.smu.Lock()
 	defer o.smu.Unlock()
@@ -478,9 +487,6 @@ func (h *sessionHook) holdResubscribed(o *ownedSession, cl *mqtt.Client, pk pack
 		for j := range o.resumed {
 			if o.resumed[j].Filter != f.Filter {
 				continue
-			}
-			if h.server.Topics.Unsubscribe(f.Filter, cl.ID) {
-				atomic.AddInt64(&h.server.Info.Subscriptions, -1)
 			}
 			since := o.resumed[j].Since
 			o.resumed[j] = state.Subscription{Filter: f.Filter, QoS: codes[i], Identifier: f.Identifier, NoLocal: f.NoLocal,
@@ -610,14 +616,14 @@ func (h *sessionHook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, 
 			h.copies.unmark(cl, pk.PacketID)
 			// The injected message itself (not a retained one mochi sends
 			// on a SUBSCRIBE meanwhile), and its replay delivered it.
-			if ok && m.topic == pk.TopicName && !pk.FixedHeader.Retain && o.pos.liveCopy(m.c, pk.TopicName) &&
+			if ok && m.topic == pk.TopicName && !pk.FixedHeader.Retain && (o.early.Load() || o.pos.liveCopy(m.c, pk.TopicName)) &&
 				h.discardCopy(cl, pk) {
 				return
 			}
 		}
 		c := m.c
 		if ok {
-			o.pos.sent(pk.PacketID, c)
+			o.pos.sent(pk.PacketID, c, pk.FixedHeader.Qos)
 		}
 		if h.tracking.Load() != 0 { // no replay anywhere: skip the hold's lock
 			o.live.enqueued(pk.PacketID, c)
@@ -726,22 +732,27 @@ func (h *sessionHook) dropLocal(id string, cl *mqtt.Client, takenOver bool) {
 
 // prepareLocal readies the broker for a resume that mochi will see as
 // Session Present: an offline or connected copy of the session here gives
-// up its subscriptions (the replay delivers from Kafka, then the
-// subscriptions go live; mochi resends its in-flight messages); with no copy, a bare
-// disconnected client stands in for the session so that mochi inherits it.
-func (h *sessionHook) prepareLocal(id string) {
+// up its subscriptions for subs, the resumed ones (mochi resends its
+// in-flight messages); with no copy, a bare disconnected client stands in
+// for the session so that mochi inherits it. mochi moves the copy's
+// subscriptions to the new connection before its CONNACK, into the
+// broker's index: live from the CONNACK on (ownedSession.early).
+func (h *sessionHook) prepareLocal(id string, subs []state.Subscription) {
 	existing, ok := h.server.Clients.Get(id)
 	if !ok {
 		existing = h.server.NewClient(nil, "", id, false)
 		existing.Stop(packets.ErrSessionTakenOver)
 		h.server.Clients.Add(existing)
-		return
 	}
 	for f := range existing.State.Subscriptions.GetAll() {
 		if h.server.Topics.Unsubscribe(f, id) {
 			atomic.AddInt64(&h.server.Info.Subscriptions, -1)
 		}
 		existing.State.Subscriptions.Delete(f)
+	}
+	for _, s := range subs {
+		sb := toPacketSub(s)
+		existing.State.Subscriptions.Add(sb.Filter, sb)
 	}
 }
 

@@ -101,7 +101,7 @@ func TestSessionHorizon(t *testing.T) {
 	if pos := q.snapshot(); len(pos) != 1 || pos[0].Topic != "fwd" {
 		t.Fatalf("positions after the replay caught up: %+v, want fwd/0 only (the horizon covers rev/0)", pos)
 	}
-	q.sent(1, Coord{"rev", 0, 5})
+	q.sent(1, Coord{"rev", 0, 5}, 1)
 	if pos := q.snapshot(); len(pos) != 2 {
 		t.Fatalf("positions with a delivery of rev/0 pending: %+v, want rev/0 and fwd/0", pos)
 	}

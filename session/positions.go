@@ -63,6 +63,9 @@ type sessionPositions struct {
 	base      map[tp]int64 // from the record: where a replay would start
 	delivered map[tp]int64 // one past the newest acknowledged offset
 	pending   map[uint16]Coord
+	// flows are the pending deliveries' QoS and PUBREC state, by packet
+	// id (a delivery without one: QoS unknown, no PUBREC).
+	flows map[uint16]flow
 	// resend are pending deliveries no broker here holds in flight (the
 	// session resumes from its record): the replay resends them with their
 	// packet id and DUP.
@@ -140,7 +143,7 @@ type sessionPositions struct {
 const horizonRefresh = time.Minute
 
 func newSessionPositions(from []state.Position, pending []state.Pending, horizon int64, reverse *ReverseProgress) *sessionPositions {
-	p := &sessionPositions{base: map[tp]int64{}, delivered: map[tp]int64{}, pending: map[uint16]Coord{},
+	p := &sessionPositions{base: map[tp]int64{}, delivered: map[tp]int64{}, pending: map[uint16]Coord{}, flows: map[uint16]flow{},
 		resend: map[Coord]uint16{}, frontier: map[tp]int64{}, missed: map[tp]int64{}, drops: map[Coord]bool{},
 		replayedTo: map[tp]int64{}, timeFrom: map[tp]int64{}, reverse: reverse, fromHorizon: horizon, writtenHorizon: horizon}
 	for _, q := range from {
@@ -160,8 +163,18 @@ func newSessionPositions(from []state.Position, pending []state.Pending, horizon
 		c := Coord{d.Topic, d.Partition, d.Offset}
 		p.pending[d.PacketID] = c
 		p.resend[c] = d.PacketID
+		if d.QoS > 0 {
+			p.flows[d.PacketID] = flow{qos: d.QoS, released: d.Released}
+		}
 	}
 	return p
+}
+
+// flow is one pending delivery's QoS and, for QoS 2, whether the client's
+// PUBREC came (the server sent PUBREL).
+type flow struct {
+	qos      byte
+	released bool
 }
 
 // replayAction says what a replay does with the message at c: resend it
@@ -206,6 +219,7 @@ func (p *sessionPositions) forget(pid uint16) {
 	defer p.mu.Unlock()
 	if c, ok := p.pending[pid]; ok {
 		delete(p.pending, pid)
+		delete(p.flows, pid)
 		delete(p.inherited, c)
 		p.changes++
 	}
@@ -260,18 +274,58 @@ func (p *sessionPositions) endResend() {
 	for c, id := range p.resend {
 		delete(p.resend, c)
 		delete(p.pending, id)
+		delete(p.flows, id)
 	}
 }
 
-// sent records a delivery (packet id pid) of the message at c.
-func (p *sessionPositions) sent(pid uint16, c Coord) {
+// sent records a delivery (packet id pid) at QoS qos of the message at c.
+func (p *sessionPositions) sent(pid uint16, c Coord, qos byte) {
 	if c.Offset < 0 {
 		return
 	}
 	p.mu.Lock()
 	p.pending[pid] = c
+	p.flows[pid] = flow{qos: qos}
 	p.changes++
 	p.mu.Unlock()
+}
+
+// released records that the client's PUBREC of the QoS 2 delivery under
+// pid came (the server sent its PUBREL): a resume resends the PUBREL.
+func (p *sessionPositions) released(pid uint16) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if f, ok := p.flows[pid]; ok && !f.released {
+		f.released = true
+		p.flows[pid] = f
+		p.changes++
+	}
+}
+
+// resendQoS is the QoS the delivery under pid was first sent with (0: not
+// recorded): its resend keeps it [MQTT-4.3.3].
+func (p *sessionPositions) resendQoS(pid uint16) byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.flows[pid].qos
+}
+
+// takeReleased returns the packet ids of the resends whose PUBREC had
+// come, in the order of their ids, and takes them from the resends: the
+// replay sends their PUBREL, not their PUBLISH, and they stay pending
+// until the client's PUBCOMP.
+func (p *sessionPositions) takeReleased() []uint16 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []uint16
+	for c, id := range p.resend {
+		if p.flows[id].released {
+			delete(p.resend, c)
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // dropped records that mochi dropped the delivery of the message at c,
@@ -288,6 +342,7 @@ func (p *sessionPositions) dropped(c Coord) bool {
 	for pid, q := range p.pending {
 		if q == c {
 			delete(p.pending, pid)
+			delete(p.flows, pid)
 		}
 	}
 	k := c.tp()
@@ -340,6 +395,7 @@ func (p *sessionPositions) acked(pid uint16) {
 		return
 	}
 	delete(p.pending, pid)
+	delete(p.flows, pid)
 	k := c.tp()
 	if c.Offset+1 > p.delivered[k] {
 		p.delivered[k] = c.Offset + 1
@@ -537,7 +593,9 @@ func (p *sessionPositions) pendingList() []state.Pending {
 	defer p.mu.Unlock()
 	out := make([]state.Pending, 0, len(p.pending))
 	for id, c := range p.pending {
-		out = append(out, state.Pending{PacketID: id, Topic: c.Topic, Partition: c.Partition, Offset: c.Offset})
+		f := p.flows[id]
+		out = append(out, state.Pending{PacketID: id, Topic: c.Topic, Partition: c.Partition, Offset: c.Offset,
+			QoS: f.qos, Released: f.released})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].PacketID < out[j].PacketID })
 	return out

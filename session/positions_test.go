@@ -1,6 +1,7 @@
 package session
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -51,7 +52,7 @@ func TestResendKeepsItsCoordinate(t *testing.T) {
 func TestSessionAckIsTheClients(t *testing.T) {
 	h, o := hookWithSession(t)
 	cl := o.cl
-	o.pos.sent(3, Coord{"k", 0, 7})
+	o.pos.sent(3, Coord{"k", 0, 7}, 1)
 	for _, typ := range []byte{packets.Puback, packets.Pubcomp, packets.Pubrel} {
 		own := packets.Packet{FixedHeader: packets.FixedHeader{Type: typ}, PacketID: 3, Created: time.Now().Unix()}
 		h.OnQosComplete(cl, own)
@@ -78,7 +79,7 @@ func TestPositionStopsAtReplayFrontier(t *testing.T) {
 	k := tp{"k", 0}
 	p.reading(k, 10)
 	p.reading(k, 16)
-	p.sent(1, Coord{"k", 0, 37})
+	p.sent(1, Coord{"k", 0, 37}, 1)
 	p.acked(1)
 	if pos := p.snapshot(); len(pos) != 1 || pos[0].Offset != 16 || pos[0].Delivered != 38 {
 		t.Fatalf("positions %+v, want offset 16 (the replay's frontier), delivered 38", pos)
@@ -89,7 +90,7 @@ func TestPositionStopsAtReplayFrontier(t *testing.T) {
 	}
 	// Between the passes: the subscriptions are live, the last pass has
 	// not read 40.. yet, and the client acknowledges a live delivery at 45.
-	p.sent(2, Coord{"k", 0, 45})
+	p.sent(2, Coord{"k", 0, 45}, 1)
 	p.acked(2)
 	if pos := p.snapshot(); len(pos) != 1 || pos[0].Offset != 40 {
 		t.Fatalf("positions between the passes: %+v, want offset 40 (where the last pass starts)", pos)
@@ -108,11 +109,11 @@ func TestPositionStopsAtReplayFrontier(t *testing.T) {
 func TestPositionStopsAtReverseProgress(t *testing.T) {
 	rp := newReverseProgress(func(topic string) bool { return topic == "rev" })
 	p := newSessionPositions(nil, nil, 0, rp)
-	p.sent(1, Coord{"rev", 0, 40})
-	p.sent(2, Coord{"fwd", 0, 40})
+	p.sent(1, Coord{"rev", 0, 40}, 1)
+	p.sent(2, Coord{"fwd", 0, 40}, 1)
 	p.acked(1)
 	p.acked(2)
-	p.sent(3, Coord{"rev", 0, 45}) // a local delivery not yet acknowledged
+	p.sent(3, Coord{"rev", 0, 45}, 1) // a local delivery not yet acknowledged
 	at := func() map[string]int64 {
 		out := map[string]int64{}
 		for _, q := range p.snapshot() {
@@ -152,7 +153,7 @@ func TestPositionStopsAtOwnRecordAwaitingLocalDelivery(t *testing.T) {
 		t.Fatal("localAcked of a record of a topic the reverse path does not consume: true, want false")
 	}
 	rp.handled(k, 12) // skipped own 10, handed out 11
-	p.sent(1, Coord{"rev", 0, 11})
+	p.sent(1, Coord{"rev", 0, 11}, 1)
 	p.acked(1)
 	at := func() int64 {
 		for _, q := range p.snapshot() {
@@ -223,7 +224,7 @@ func hookWithSession(t *testing.T) (*sessionHook, *ownedSession) {
 // and only up to what it wrote.
 func TestReadingPositionsLeavesThemDirty(t *testing.T) {
 	p := newSessionPositions(nil, nil, 0, nil)
-	p.sent(3, Coord{"k", 0, 7})
+	p.sent(3, Coord{"k", 0, 7}, 1)
 	p.acked(3)
 	if !p.isDirty() {
 		t.Fatal("an acknowledgement did not make the positions dirty")
@@ -236,7 +237,7 @@ func TestReadingPositionsLeavesThemDirty(t *testing.T) {
 	}
 	gen := p.generation() // a checkpoint's write begins
 	_ = p.snapshot()
-	p.sent(4, Coord{"k", 0, 8}) // a delivery while the write is on its way
+	p.sent(4, Coord{"k", 0, 8}, 1) // a delivery while the write is on its way
 	p.wrote(gen)
 	if !p.isDirty() {
 		t.Fatal("a write made clean a change made after its snapshot")
@@ -253,8 +254,8 @@ func TestReadingPositionsLeavesThemDirty(t *testing.T) {
 // has messages waiting in.
 func TestPositionTopicsCoverTheSnapshot(t *testing.T) {
 	p := newSessionPositions([]state.Position{{Topic: "base", Partition: 0, Offset: 4, Delivered: 4}}, nil, 0, nil)
-	p.sent(1, Coord{"pending", 2, 9})
-	p.sent(2, Coord{"acked", 0, 3})
+	p.sent(1, Coord{"pending", 2, 9}, 1)
+	p.sent(2, Coord{"acked", 0, 3}, 1)
 	p.acked(2)
 	p.reading(tp{"frontier", 1}, 12)
 	got := map[string]bool{}
@@ -267,5 +268,31 @@ func TestPositionTopicsCoverTheSnapshot(t *testing.T) {
 		if !got[q.Topic] {
 			t.Errorf("snapshot has a position in %q, topics does not name it (named: %v)", q.Topic, got)
 		}
+	}
+}
+
+// TestPendingKeepsQoSAndPubrec: a pending delivery's QoS and its PUBREC
+// state go into the record and come back from it: the resume resends the
+// PUBREL of a released one (and not its PUBLISH) and the others at the
+// QoS they were sent with (issue 53 item 11, [MQTT-4.4.0-1]).
+func TestPendingKeepsQoSAndPubrec(t *testing.T) {
+	p := newSessionPositions(nil, nil, 0, nil)
+	p.sent(1, Coord{"k", 0, 1}, 2)
+	p.sent(2, Coord{"k", 0, 2}, 2)
+	p.released(2)
+	list := p.pendingList()
+	want := []state.Pending{{PacketID: 1, Topic: "k", Offset: 1, QoS: 2}, {PacketID: 2, Topic: "k", Offset: 2, QoS: 2, Released: true}}
+	if !slices.Equal(list, want) {
+		t.Fatalf("pending written as %+v, want %+v", list, want)
+	}
+	q := newSessionPositions(nil, list, 0, nil)
+	if got := q.takeReleased(); !slices.Equal(got, []uint16{2}) {
+		t.Fatalf("released resends %v, want [2]", got)
+	}
+	if _, resend, skip := q.replayAction(Coord{"k", 0, 2}); resend || !skip {
+		t.Fatalf("the released delivery's record: resend %v skip %v, want skipped (its PUBREL is in flight)", resend, skip)
+	}
+	if pid, resend, _ := q.replayAction(Coord{"k", 0, 1}); pid != 1 || !resend || q.resendQoS(1) != 2 {
+		t.Fatalf("the unacknowledged one: pid %d resend %v at QoS %d, want a resend under 1 at QoS 2", pid, resend, q.resendQoS(1))
 	}
 }

@@ -198,6 +198,9 @@ func (rs *replayRun) catchUp(ctx context.Context) error {
 		filters[i] = s.Filter
 	}
 	rs.o.pos.startReplay(filters)
+	if err := rs.resendReleases(); err != nil {
+		return err
+	}
 	rs.horizon = rs.o.pos.resumeHorizon()
 	rs.backlog = true
 	ends, err := rs.pass(ctx, nil)
@@ -233,8 +236,34 @@ func (rs *replayRun) catchUp(ctx context.Context) error {
 	return nil
 }
 
-// goLive puts the resumed subscriptions into the broker's index.
+// resendReleases resends the PUBREL of each pending QoS 2 delivery whose
+// PUBREC had come, under its packet id, and keeps it in flight until the
+// client's PUBCOMP: "the Server MUST resend any unacknowledged ... PUBREL
+// packets using their original Packet Identifiers" and must not resend
+// the PUBLISH once it sent the PUBREL [MQTT-4.4.0-1] [MQTT-4.3.3-4]. It
+// needs no Kafka record: the client has the message.
+func (rs *replayRun) resendReleases() error {
+	for _, pid := range rs.o.pos.takeReleased() {
+		rel := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrel, Qos: 1}, PacketID: pid,
+			Created: time.Now().Unix()}
+		if rs.cl.State.Inflight.Set(rel) {
+			atomic.AddInt64(&rs.r.h.server.Info.Inflight, 1)
+			rs.cl.State.Inflight.DecreaseSendQuota()
+		}
+		if err := rs.cl.WritePacket(rel); err != nil {
+			return fmt.Errorf("replay to %s: %w", rs.cl.ID, err)
+		}
+	}
+	return nil
+}
+
+// goLive ends the first pass: live QoS 1/2 deliveries are no longer
+// discarded as the replay's (ownedSession.early); they wait behind the
+// last pass (replay_hold.go). The resumed subscriptions are in the
+// broker's index since the CONNACK; this puts them there with the options
+// of a SUBSCRIBE of the same filter meanwhile.
 func (rs *replayRun) goLive() {
+	rs.o.early.Store(false)
 	s := rs.r.h.server
 	for _, sub := range rs.o.takeResumed() {
 		sb := toPacketSub(sub) // subscribed again meanwhile: with its new options
@@ -569,6 +598,10 @@ func (rs *replayRun) deliver(ctx context.Context, rec *kgo.Record, hdrs []topicm
 		}
 		expiry = uint32(max(left/time.Second, 1))
 	}
+	outQoS := min(qos, best.QoS)
+	if q := rs.o.pos.resendQoS(pid); resend && q > 0 {
+		outQoS = q // a resend is the same delivery: its QoS stays [MQTT-4.3.3]
+	}
 	dup := resend || rs.o.pos.wasDelivered(c)
 	counted := rs.backlog && !resend
 	if counted && rs.r.maxQueued > 0 && rs.queued >= rs.r.maxQueued {
@@ -591,7 +624,7 @@ func (rs *replayRun) deliver(ctx context.Context, rec *kgo.Record, hdrs []topicm
 		}
 	}
 	out := packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: min(qos, best.QoS), Dup: dup},
+		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: outQoS, Dup: dup},
 		TopicName:   d.Topic, Payload: rec.Value, PacketID: pid, Created: now.Unix(),
 	}
 	if expiry > 0 {
@@ -616,7 +649,7 @@ func (rs *replayRun) deliver(ctx context.Context, rec *kgo.Record, hdrs []topicm
 		atomic.AddInt64(&rs.r.h.server.Info.Inflight, 1)
 		rs.cl.State.Inflight.DecreaseSendQuota()
 	}
-	rs.o.pos.sent(out.PacketID, c)
+	rs.o.pos.sent(out.PacketID, c, out.FixedHeader.Qos)
 	if err := rs.cl.WritePacket(out); err != nil {
 		return fmt.Errorf("replay to %s: %w", rs.cl.ID, err)
 	}

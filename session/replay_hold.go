@@ -121,9 +121,19 @@ func (l *liveHold) isUnwritten(pid uint16) bool {
 }
 
 // OnPacketEncode holds a live delivery to a session whose replay's last
-// pass runs (liveHold), and discards a live copy of a replayed message
-// (liveCopies).
+// pass runs (liveHold), discards a live copy of a replayed message
+// (liveCopies), and records the PUBREL of a delivery (positions.go flow).
 func (h *sessionHook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	if pk.FixedHeader.Type == packets.Pubrel {
+		// The client's PUBREC of a QoS 2 delivery came: a resume resends
+		// this PUBREL, not the PUBLISH [MQTT-4.4.0-1].
+		if pk.ReasonCode < 0x80 {
+			if o := h.ownedBy(cl); o != nil && o.pos != nil {
+				o.pos.released(pk.PacketID)
+			}
+		}
+		return pk
+	}
 	if pk.FixedHeader.Type == packets.Publish && h.copies.take(cl, pk) {
 		// A copy of a replayed message (replay_copies.go): out of flight,
 		// and too large to be written.

@@ -59,13 +59,19 @@ type Session struct {
 	Pending []Pending `json:"pending,omitempty"`
 }
 
-// Pending is one unacknowledged delivery: its packet id and where its
-// message sits in Kafka.
+// Pending is one unacknowledged delivery: its packet id, where its
+// message sits in Kafka, the QoS it was sent with (0: not recorded, a
+// record written before it was) and, for QoS 2, whether the client's
+// PUBREC had come (the server sent PUBREL): a resume resends that PUBREL,
+// not the PUBLISH [MQTT-4.4.0-1], and a PUBLISH at the QoS it was first
+// sent with [MQTT-4.3.3].
 type Pending struct {
 	PacketID  uint16 `json:"id"`
 	Topic     string `json:"t"`
 	Partition int32  `json:"p"`
 	Offset    int64  `json:"o"`
+	QoS       byte   `json:"q,omitempty"`
+	Released  bool   `json:"rel,omitempty"`
 }
 
 // Position is a session's place in one Kafka partition: Offset is where a

@@ -102,7 +102,7 @@ func connectPipe(t *testing.T, s *mqtt.Server, pk packets.Packet) (net.Conn, pac
 	return cli, ack, done
 }
 
-func willConnectPacket(id, topic string, version byte) packets.Packet {
+func aclWillConnect(id, topic string, version byte) packets.Packet {
 	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: version,
 		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), ClientIdentifier: id, Keepalive: 30, Clean: true}}
 	if topic != "" {
@@ -135,11 +135,11 @@ func TestWillDeniedAtConnect(t *testing.T) {
 		version byte
 		want    byte
 	}{{4, packets.Err3NotAuthorized.Code}, {5, packets.ErrNotAuthorized.Code}} {
-		_, ack, _ := connectPipe(t, s, willConnectPacket(fmt.Sprintf("m%d", tc.version), "R/secret/cmd", tc.version))
+		_, ack, _ := connectPipe(t, s, aclWillConnect(fmt.Sprintf("m%d", tc.version), "R/secret/cmd", tc.version))
 		if ack.ReasonCode != tc.want {
 			t.Errorf("MQTT v%d CONNECT with a denied Will: CONNACK 0x%02x, want 0x%02x", tc.version, ack.ReasonCode, tc.want)
 		}
-		_, ok, _ := connectPipe(t, s, willConnectPacket(fmt.Sprintf("o%d", tc.version), "R/open/x", tc.version))
+		_, ok, _ := connectPipe(t, s, aclWillConnect(fmt.Sprintf("o%d", tc.version), "R/open/x", tc.version))
 		if ok.ReasonCode != 0 {
 			t.Errorf("MQTT v%d CONNECT with an allowed Will: CONNACK 0x%02x, want 0", tc.version, ok.ReasonCode)
 		}
@@ -152,7 +152,7 @@ func TestWillDeniedAtConnect(t *testing.T) {
 // Upstream published it unchecked.
 func TestWillDeniedWhenSent(t *testing.T) {
 	s, h := aclServer(t)
-	cli, ack, done := connectPipe(t, s, willConnectPacket("m", "R/later/cmd", 4))
+	cli, ack, done := connectPipe(t, s, aclWillConnect("m", "R/later/cmd", 4))
 	if ack.ReasonCode != 0 {
 		t.Fatalf("CONNACK 0x%02x", ack.ReasonCode)
 	}
@@ -171,7 +171,7 @@ func TestWillDeniedWhenSent(t *testing.T) {
 	}
 	// The same with the ACL allowing it: published (the check above can fail).
 	h.denyAll.Store(false)
-	cli, _, done = connectPipe(t, s, willConnectPacket("m2", "R/later/cmd", 4))
+	cli, _, done = connectPipe(t, s, aclWillConnect("m2", "R/later/cmd", 4))
 	cli.Close()
 	<-done
 	if n := h.sent.Load(); n != 1 {
@@ -186,7 +186,7 @@ func TestWillDeniedWhenSent(t *testing.T) {
 // on, took the connected client over and added the refused one.
 func TestRefusedInSessionEstablishTakesNothingOver(t *testing.T) {
 	s, h := aclServer(t)
-	first, ack, _ := connectPipe(t, s, willConnectPacket("id", "", 4))
+	first, ack, _ := connectPipe(t, s, aclWillConnect("id", "", 4))
 	if ack.ReasonCode != 0 {
 		t.Fatalf("first CONNACK 0x%02x", ack.ReasonCode)
 	}
@@ -201,7 +201,7 @@ func TestRefusedInSessionEstablishTakesNothingOver(t *testing.T) {
 		refused.Do(func() { r = true })
 		return r
 	}
-	_, ack, done := connectPipe(t, s, willConnectPacket("id", "", 4))
+	_, ack, done := connectPipe(t, s, aclWillConnect("id", "", 4))
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):

@@ -61,6 +61,8 @@ type Capabilities struct {
 	RetainAvailable              byte            `yaml:"retain_available" json:"retain_available"`                 // support of retain messages
 	WildcardSubAvailable         byte            `yaml:"wildcard_sub_available" json:"wildcard_sub_available"`     // support of wildcard subscriptions
 	SubIDAvailable               byte            `yaml:"sub_id_available" json:"sub_id_available"`                 // support of subscription identifiers
+	MaximumTopicLevels           int             `yaml:"maximum_topic_levels" json:"maximum_topic_levels"`         // most levels of a topic name or filter, no limit if 0
+	MaximumTopicLength           int             `yaml:"maximum_topic_length" json:"maximum_topic_length"`         // longest topic name or filter in bytes, no limit if 0
 }
 
 // NewDefaultServerCapabilities defines the default features and capabilities provided by the server.
@@ -428,6 +430,15 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 
 	code := s.validateConnect(cl, pk) // [MQTT-3.1.4-1] [MQTT-3.1.4-2]
 	if code != packets.CodeSuccess {
+		if code == packets.ErrProtocolViolationProtocolVersion {
+			// Ferry: a level the server does not support: 3.1.1's return code 0x01
+			// [MQTT-3.1.2-2] (MQTT 5's 0x84 to a level 5 client); it sent 0x82.
+			code = packets.ErrUnsupportedProtocolVersion
+		} else if cl.Properties.ProtocolVersion < 5 && code.Code == packets.ErrProtocolViolation.Code {
+			// Ferry: a 3.1.x CONNECT that does not conform is closed without a CONNACK
+			// [MQTT-3.1.4-1] (3.1.1 has no return code for it; this sent 0x82).
+			return code
+		}
 		if err := s.SendConnack(cl, code, false, nil); err != nil {
 			return fmt.Errorf("invalid connection send ack: %w", err)
 		}
@@ -496,6 +507,12 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 
 	err = cl.Read(s.receivePacket)
 	if err != nil {
+		var code packets.Code
+		if cl.Properties.ProtocolVersion == 5 && errors.As(err, &code) && code.Code >= packets.ErrUnspecifiedError.Code && !cl.Closed() {
+			// Ferry: a packet that did not decode (receivePacket told the others): the client is
+			// told why before the close (4.13.1, a SHOULD), 0x81 Malformed Packet mostly.
+			_ = s.DisconnectClient(cl, code)
+		}
 		s.sendLWT(cl)
 		cl.Stop(err)
 	} else {
@@ -564,6 +581,12 @@ func (s *Server) validateConnect(cl *Client, pk packets.Packet) packets.Code {
 
 	if cl.Properties.ProtocolVersion < 5 && !pk.Connect.Clean && pk.Connect.ClientIdentifier == "" {
 		return packets.ErrUnspecifiedError
+	}
+
+	if pk.Properties.AuthenticationMethod != "" && !s.hooks.Provides(OnAuthPacket) {
+		// Ferry: no hook does enhanced authentication, so no method is supported: refused
+		// and closed [MQTT-4.12.0-1] (it was accepted).
+		return packets.ErrBadAuthenticationMethod
 	}
 
 	if cl.Properties.ProtocolVersion < s.Options.Capabilities.MinimumProtocolVersion {
@@ -639,7 +662,7 @@ func (s *Server) SendConnack(cl *Client, reason packets.Code, present bool, prop
 	}
 
 	if reason.Code >= packets.ErrUnspecifiedError.Code {
-		if cl.Properties.ProtocolVersion < 5 {
+		if cl.Properties.ProtocolVersion != 5 { // Ferry: was < 5; a level above 5 gets a 3.1.1 CONNACK too
 			if v3reason, ok := packets.V5CodesToV3[reason]; ok { // NB v3 3.2.2.3 Connack return codes
 				reason = v3reason
 			}
@@ -743,9 +766,10 @@ func (s *Server) processPacket(cl *Client, pk packets.Packet) error {
 		next, ok := cl.State.Inflight.NextImmediate()
 		if ok {
 			_ = cl.WritePacket(next)
-			if ok := cl.State.Inflight.Delete(next.PacketID); ok {
-				atomic.AddInt64(&s.Info.Inflight, -1)
-			}
+			// Ferry: sent, it is in flight like any other until its PUBACK / PUBREC (it was
+			// deleted: its acknowledgement found no packet, a PUBREC got PUBREL 0x92).
+			next.Expiry = 0
+			cl.State.Inflight.Set(next)
 			cl.State.Inflight.DecreaseSendQuota()
 		}
 	}
@@ -879,8 +903,20 @@ func (s *Server) InjectPacket(cl *Client, pk packets.Packet) error {
 
 // processPublish processes a Publish packet.
 func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
-	if !cl.Net.Inline && !IsValidFilter(pk.TopicName, true) {
-		return nil
+	if !cl.Net.Inline && (!IsValidFilter(pk.TopicName, true) || !s.withinTopicBounds(pk.TopicName)) {
+		// Ferry: answered (a $SYS topic was dropped unanswered, the client waiting for its
+		// PUBACK), as a publish the ACL denies: QoS 0 dropped, 3.1.1 disconnected, 5 told why.
+		if pk.FixedHeader.Qos == 0 {
+			return nil
+		}
+		if cl.Properties.ProtocolVersion != 5 {
+			return s.DisconnectClient(cl, packets.ErrTopicNameInvalid)
+		}
+		ackType := packets.Puback
+		if pk.FixedHeader.Qos == 2 {
+			ackType = packets.Pubrec
+		}
+		return cl.WritePacket(s.buildAck(pk.PacketID, ackType, 0, pk.Properties, packets.ErrTopicNameInvalid))
 	}
 
 	if atomic.LoadInt32(&cl.State.Inflight.receiveQuota) == 0 {
@@ -923,6 +959,11 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 
 	if pk.Properties.TopicAliasFlag && pk.Properties.TopicAlias > 0 { // [MQTT-3.3.2-11]
 		pk.TopicName = cl.State.TopicAliases.Inbound.Set(pk.Properties.TopicAlias, pk.TopicName)
+		if pk.TopicName == "" && !cl.Net.Inline {
+			// Ferry: an alias the client never mapped names no topic: a protocol error
+			// (3.3.2.3.4), not a publish to "" (it was stored as the alias's mapping).
+			return packets.ErrProtocolViolationNoTopic
+		}
 	}
 
 	if pk.FixedHeader.Qos > s.Options.Capabilities.MaximumQos {
@@ -1255,6 +1296,19 @@ func (s *Server) processPubcomp(cl *Client, pk packets.Packet) error {
 	return nil
 }
 
+// withinTopicBounds reports whether a topic name or filter has at most
+// Capabilities.MaximumTopicLength bytes and MaximumTopicLevels levels (0: no
+// limit). Checked before any work on the topics index, whose walk of a
+// filter is quadratic in its levels.
+func (s *Server) withinTopicBounds(topic string) bool {
+	caps := s.Options.Capabilities
+	if caps.MaximumTopicLength > 0 && len(topic) > caps.MaximumTopicLength {
+		return false
+	}
+	return caps.MaximumTopicLevels <= 0 || len(topic) < caps.MaximumTopicLevels ||
+		strings.Count(topic, "/") < caps.MaximumTopicLevels
+}
+
 // processSubscribe processes a Subscribe packet.
 func (s *Server) processSubscribe(cl *Client, pk packets.Packet) error {
 	pk = s.hooks.OnSubscribe(cl, pk)
@@ -1269,7 +1323,7 @@ func (s *Server) processSubscribe(cl *Client, pk packets.Packet) error {
 		if code != packets.CodeSuccess {
 			reasonCodes[i] = code.Code // NB 3.9.3 Non-normative 0x91
 			continue
-		} else if !IsValidFilter(sub.Filter, false) {
+		} else if !s.withinTopicBounds(sub.Filter) || !IsValidFilter(sub.Filter, false) {
 			reasonCodes[i] = packets.ErrTopicFilterInvalid.Code
 		} else if sub.NoLocal && IsSharedFilter(sub.Filter) {
 			reasonCodes[i] = packets.ErrProtocolViolationInvalidSharedNoLocal.Code // [MQTT-3.8.3-4]
@@ -1342,6 +1396,11 @@ func (s *Server) processUnsubscribe(cl *Client, pk packets.Packet) error {
 	for i, sub := range pk.Filters { // [MQTT-3.10.4-6] [MQTT-3.11.3-1]
 		if code != packets.CodeSuccess {
 			reasonCodes[i] = code.Code // NB 3.11.3 Non-normative 0x91
+			continue
+		}
+
+		if !s.withinTopicBounds(sub.Filter) { // never subscribed: the index is not walked for it
+			reasonCodes[i] = packets.CodeNoSubscriptionExisted.Code
 			continue
 		}
 

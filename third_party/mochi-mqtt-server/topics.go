@@ -59,6 +59,10 @@ func (a *InboundTopicAliases) Set(id uint16, topic string) string {
 		return existing
 	}
 
+	if topic == "" { // Ferry: no mapping to use, and none to make
+		return ""
+	}
+
 	a.internal[id] = topic
 	return topic
 }
@@ -479,10 +483,10 @@ func (x *TopicsIndex) RetainMessage(pk packets.Packet) int64 {
 func (x *TopicsIndex) set(topic string, d int) *particle {
 	var key string
 	var hasNext = true
+	rest := skipParticles(topic, d) // Ferry: each level once, not the topic from its start for each
 	n := x.root
 	for hasNext {
-		key, hasNext = isolateParticle(topic, d)
-		d++
+		key, rest, hasNext = cutParticle(rest)
 
 		p := n.particles.get(key)
 		if p == nil {
@@ -499,11 +503,11 @@ func (x *TopicsIndex) set(topic string, d int) *particle {
 func (x *TopicsIndex) seek(filter string, d int) *particle {
 	var key string
 	var hasNext = true
+	rest := skipParticles(filter, d) // Ferry: as in set
 	n := x.root
 	for hasNext {
-		key, hasNext = isolateParticle(filter, d)
+		key, rest, hasNext = cutParticle(rest)
 		n = n.particles.get(key)
-		d++
 		if n == nil {
 			return nil
 		}
@@ -544,6 +548,14 @@ func (x *TopicsIndex) scanMessages(filter string, d int, n *particle, pks []pack
 	}
 
 	key, hasNext := isolateParticle(filter, d)
+	if key == "#" && n != x.root && d == strings.Count(filter, "/") {
+		// Ferry: "#" matches the parent level too [MQTT-4.7.1-2]: "sport/tennis/#" the
+		// retained message of "sport/tennis" (d is the "#"'s own level here, not one of the
+		// deeper ones the scan below recurses into with the same key).
+		if pk, ok := x.Retained.Get(n.retainPath); ok && n.retainPath != "" {
+			pks = append(pks, pk)
+		}
+	}
 	if key == "+" || key == "#" || d == -1 {
 		for _, adjacent := range n.particles.getAll() {
 			if d == 0 && adjacent.key == SysPrefix {
@@ -591,6 +603,12 @@ func (x *TopicsIndex) Subscribers(topic string) *Subscribers {
 
 // scanSubscribers returns a list of client subscriptions matching an indexed topic address.
 func (x *TopicsIndex) scanSubscribers(topic string, d int, n *particle, subs *Subscribers) *Subscribers {
+	return x.scanBelow(topic, skipParticles(topic, d), n, subs)
+}
+
+// scanBelow is scanSubscribers with rest, what of topic is below n, for the depth (Ferry: each
+// level of the topic was found again from its start).
+func (x *TopicsIndex) scanBelow(topic, rest string, n *particle, subs *Subscribers) *Subscribers {
 	if n == nil {
 		n = x.root
 	}
@@ -599,11 +617,11 @@ func (x *TopicsIndex) scanSubscribers(topic string, d int, n *particle, subs *Su
 		return subs
 	}
 
-	key, hasNext := isolateParticle(topic, d)
+	key, below, hasNext := cutParticle(rest)
 	for _, partKey := range []string{key, "+"} {
 		if particle := n.particles.get(partKey); particle != nil { // [MQTT-3.3.2-3]
 			if hasNext {
-				x.scanSubscribers(topic, d+1, particle, subs)
+				x.scanBelow(topic, below, particle, subs)
 			} else {
 				x.gatherSubscriptions(topic, particle, subs)
 				x.gatherSharedSubscriptions(particle, subs)
@@ -673,6 +691,28 @@ func (x *TopicsIndex) gatherInlineSubscriptions(particle *particle, subs *Subscr
 	for id, inline := range particle.inlineSubscriptions.GetAll() {
 		subs.InlineSubscriptions[id] = inline
 	}
+}
+
+// cutParticle splits the first particle off a topic or filter: the particle, the rest after its
+// '/', and whether there is one (Ferry: with skipParticles, walks a filter once; isolateParticle
+// scans it from its start for every level, quadratic work in its levels).
+func cutParticle(filter string) (particle, rest string, hasNext bool) {
+	if i := strings.IndexByte(filter, '/'); i >= 0 {
+		return filter[:i], filter[i+1:], true
+	}
+	return filter, "", false
+}
+
+// skipParticles returns filter without its first d particles (Ferry).
+func skipParticles(filter string, d int) string {
+	for ; d > 0; d-- {
+		i := strings.IndexByte(filter, '/')
+		if i < 0 {
+			return filter // as isolateParticle: past the end is the last particle
+		}
+		filter = filter[i+1:]
+	}
+	return filter
 }
 
 // isolateParticle extracts a particle between d / and d+1 / without allocations.

@@ -480,8 +480,8 @@ func (pk *Packet) ConnectValidate() Code {
 	}
 
 	if pk.Connect.WillFlag {
-		if len(pk.Connect.WillPayload) == 0 || pk.Connect.WillTopic == "" {
-			return ErrProtocolViolationWillFlagNoPayload // [MQTT-3.1.2-9]
+		if pk.Connect.WillTopic == "" { // Ferry: a zero-length Will Payload is a Will (3.1.3.4)
+			return ErrProtocolViolationInvalidTopic // [MQTT-3.1.2-9] [MQTT-4.7.3-1]
 		}
 
 		if pk.Connect.WillQos > 2 {
@@ -500,7 +500,11 @@ func (pk *Packet) ConnectValidate() Code {
 func (pk *Packet) ConnackEncode(buf *bytes.Buffer) error {
 	nb := mempool.GetBuffer()
 	defer mempool.PutBuffer(nb)
-	nb.WriteByte(encodeBool(pk.SessionPresent))
+	if pk.ProtocolVersion == 3 { // Ferry: MQTT 3.1 has no Session Present, the byte is reserved
+		nb.WriteByte(0)
+	} else {
+		nb.WriteByte(encodeBool(pk.SessionPresent))
+	}
 	nb.WriteByte(pk.ReasonCode)
 
 	if pk.ProtocolVersion == 5 {
