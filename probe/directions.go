@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
@@ -29,18 +30,70 @@ func (r *runner) mqttToKafka(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	admCl, err := newKafka(ctx, cfg)
+	admCl, adm, infos, consumer, err := r.topicConsumer(ctx, topics)
 	if err != nil {
 		return err
 	}
 	defer admCl.Close()
+	defer consumer.Close()
+
+	pubs, err := r.publishers(ctx, cfg.MQTT, nil)
+	if err != nil {
+		return err
+	}
+	s := r.newStreams(1, true)[0]
+	var ts tsCounts
+	cctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		consume(cctx, consumer, r.clk, s, &ts, func(err error) { r.log.Warn("kafka fetch", "err", err) })
+	}()
+	defer func() {
+		stop()
+		wg.Wait()
+	}()
+	err = r.generate(ctx, pubs.senders)
+	pubs.close()
+	r.checks = append(r.checks, pubs.describe(cfg))
+	if err == nil && len(topics) == 1 {
+		r.checks = append(r.checks, ts.describe(topics[0], r.tsConfigAfter(ctx, adm, topics[0], infos[0])))
+	} else if err == nil {
+		r.checks = append(r.checks, ts.describe(fmt.Sprintf("%d topics %s", len(topics), abbrevList(topics)), ""))
+	}
+	return err
+}
+
+// tsConfigAfter returns the timestamp type config of a topic after a run:
+// what describeTopic read before, or, when the topic did not exist then
+// (the bridge created it during the run), what it is now.
+func (r *runner) tsConfigAfter(ctx context.Context, adm *kadm.Client, topic string, ti topicInfo) string {
+	if !ti.exists {
+		return timestampConfig(ctx, adm, topic)
+	}
+	return ti.tsConfig
+}
+
+// topicConsumer describes the Kafka topics the bridge writes and returns
+// an admin client (close it), the topics' information and a consumer of
+// the topics from their end offsets taken now; topics that do not exist
+// yet (the bridge creates them on the first publish) are consumed from
+// their start, and the checks say so.
+func (r *runner) topicConsumer(ctx context.Context, topics []string) (*kgo.Client, *kadm.Client, []topicInfo, *kgo.Client, error) {
+	cfg := r.cfg
+	admCl, err := newKafka(ctx, cfg)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
 	adm := kadm.NewClient(admCl)
 	infos := make([]topicInfo, len(topics))
 	parts := map[string]map[int32]kgo.Offset{}
 	var missing []string
 	for i, t := range topics {
 		if infos[i], err = describeTopic(ctx, adm, t); err != nil {
-			return fmt.Errorf("%w: %w", ErrKafkaUnreachable, err)
+			admCl.Close()
+			return nil, nil, nil, nil, fmt.Errorf("%w: %w", ErrKafkaUnreachable, err)
 		}
 		if !infos[i].exists {
 			missing = append(missing, t)
@@ -67,41 +120,10 @@ func (r *runner) mqttToKafka(ctx context.Context) error {
 	}
 	consumer, err := newKafka(ctx, cfg, opts...)
 	if err != nil {
-		return err
+		admCl.Close()
+		return nil, nil, nil, nil, err
 	}
-	defer consumer.Close()
-
-	pubs, err := r.publishers(ctx, cfg.MQTT, nil)
-	if err != nil {
-		return err
-	}
-	s := r.newStreams(1, true)[0]
-	var ts tsCounts
-	cctx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		consume(cctx, consumer, r.clk, s, &ts, func(err error) { r.log.Warn("kafka fetch", "err", err) })
-	}()
-	defer func() {
-		stop()
-		wg.Wait()
-	}()
-	err = r.generate(ctx, pubs.senders)
-	pubs.close()
-	r.checks = append(r.checks, pubs.describe(cfg))
-	if err == nil && len(topics) == 1 {
-		ti := infos[0]
-		if !ti.exists {
-			// The bridge created it during the run: read its config now.
-			ti.tsConfig = timestampConfig(ctx, adm, topics[0])
-		}
-		r.checks = append(r.checks, ts.describe(topics[0], ti.tsConfig))
-	} else if err == nil {
-		r.checks = append(r.checks, ts.describe(fmt.Sprintf("%d topics %s", len(topics), abbrevList(topics)), ""))
-	}
-	return err
+	return admCl, adm, infos, consumer, nil
 }
 
 // ackOnly publishes and measures the acknowledgements only (no Kafka).
@@ -313,8 +335,41 @@ func (r *runner) pathCheck(ctx context.Context, cl *kgo.Client) error {
 }
 
 // roundtrip publishes on MQTT and subscribes where the bridge routes the
-// messages back from Kafka. Send and receive share one clock.
+// messages back from Kafka. Send and receive share one clock. With
+// SplitAtKafka it also consumes the Kafka topic the bridge writes, for the
+// LogAppendTime of each message's record (the split at the append).
 func (r *runner) roundtrip(ctx context.Context) error {
+	cfg := r.cfg
+	if cfg.SplitAtKafka {
+		admCl, adm, infos, consumer, err := r.topicConsumer(ctx, []string{r.kafkaTopic})
+		if err != nil {
+			return err
+		}
+		defer admCl.Close()
+		defer consumer.Close()
+		r.split = &appendTimes{ms: make([]atomic.Int64, r.gen.total)}
+		ks := r.newAppendStream()
+		cctx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			consume(cctx, consumer, r.clk, ks, &r.splitTS, func(err error) { r.log.Warn("kafka fetch", "err", err) })
+		})
+		defer func() {
+			stop()
+			wg.Wait()
+		}()
+		err = r.roundtripMQTT(ctx)
+		if err == nil {
+			r.checks = append(r.checks, r.splitTS.describe(r.kafkaTopic, r.tsConfigAfter(ctx, adm, r.kafkaTopic, infos[0])))
+		}
+		return err
+	}
+	return r.roundtripMQTT(ctx)
+}
+
+// roundtripMQTT is the MQTT side of roundtrip: subscribers, publishers and
+// the run.
+func (r *runner) roundtripMQTT(ctx context.Context) error {
 	cfg := r.cfg
 	subs, err := r.subscribeAll(ctx, cfg.ReplyMQTT, cfg.ReplyTopic, cfg.Subscribers)
 	if err != nil {

@@ -222,6 +222,45 @@ func TestRoundtrip(t *testing.T) {
 	}
 }
 
+// TestRoundtripSplitCreateTime: a roundtrip split at the Kafka append
+// (SplitAtKafka) through a topic whose records carry CreateTime (kfake's)
+// has no LogAppendTime to split at: append and delivery are unavailable,
+// the self-check names the timestamp type and says the split was skipped,
+// and e2e is measured as without the split.
+func TestRoundtripSplitCreateTime(t *testing.T) {
+	b := startBroker(t)
+	brokers := startKfake(t, "_tacos_pub_lf")
+	forwardMQTTToKafka(t, b, brokers, "/tacos/pub/lf", "_tacos_pub_lf", 0, passThrough)
+	forwardKafkaToMQTT(t, b, brokers, "_tacos_pub_lf", "/tacos/back/lf", 1, 0, passThrough)
+	cfg := testConfig(Roundtrip, b, brokers)
+	cfg.ReplyTopic = "/tacos/back/lf"
+	cfg.SplitAtKafka = true
+	cfg.Rate = 2000
+	res, err := run(t, Roundtrip, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 3 || res.KafkaTopic != "_tacos_pub_lf" {
+		t.Fatalf("rows %+v, kafka topic %q", res.Rows, res.KafkaTopic)
+	}
+	for _, m := range []string{MetricAppend, MetricDelivery} {
+		r := row(t, res, m)
+		if r.Available || !strings.Contains(r.Status, "carry no LogAppendTime") || res.Latency(m) != nil {
+			t.Fatalf("row %s %+v: want unavailable for want of LogAppendTime", m, r)
+		}
+	}
+	if e2e := row(t, res, MetricE2E); !e2e.Available || e2e.Counts.Received != 300 || e2e.Counts.Lost() != 0 {
+		t.Fatalf("e2e %+v", e2e)
+	}
+	checks := strings.Join(res.Checks, "\n")
+	for _, want := range []string{"kafka topic _tacos_pub_lf: message.timestamp.type config", "CreateTime on all 320 records",
+		"per hop through Kafka: skipped"} {
+		if !strings.Contains(checks, want) {
+			t.Fatalf("self-check lacks %q:\n%s", want, checks)
+		}
+	}
+}
+
 // mangler drops, duplicates and swaps messages by sequence number and adds
 // foreign messages, so the counters have known answers.
 func mangler(drop, dup map[uint32]bool, swap uint32, foreign int) transform {

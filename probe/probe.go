@@ -7,7 +7,8 @@
 //
 // Three directions are measured: MQTT -> Kafka (Kafka-append latency from
 // the record's LogAppendTime, and end-to-end latency to the probe's own
-// consumer), Kafka -> MQTT, and the MQTT -> Kafka -> MQTT round trip.
+// consumer), Kafka -> MQTT, and the MQTT -> Kafka -> MQTT round trip
+// (optionally split at the record's LogAppendTime: SplitAtKafka).
 package probe
 
 import (
@@ -39,6 +40,10 @@ const (
 	MetricAppend = "append"
 	// MetricE2E is the receive time minus the send time.
 	MetricE2E = "e2e"
+	// MetricDelivery (roundtrip with SplitAtKafka) is the MQTT receive
+	// time minus the Kafka record's LogAppendTime: from the append to the
+	// delivery to the subscriber. Its start has whole-ms resolution.
+	MetricDelivery = "delivery"
 	// MetricKafka (kafka-to-mqtt) is the probe's own Kafka consumer's
 	// receive time minus the produce time: the floor under the bridge.
 	MetricKafka = "kafka"
@@ -100,8 +105,16 @@ type Config struct {
 	// roundtrip, /tacos/sub/le for kafka-to-mqtt.
 	Topic string
 	// KafkaTopic is the Kafka topic. Default: the bridge's default mapping
-	// of Topic (every '/' becomes '_').
+	// of Topic (every '/' becomes '_'). Roundtrip uses it only with
+	// SplitAtKafka.
 	KafkaTopic string
+	// SplitAtKafka (roundtrip) also consumes KafkaTopic, the topic the
+	// bridge writes the published messages to, joins each record to its
+	// message by the stamp and splits the round trip at the record's
+	// LogAppendTime: metrics append (publish -> Kafka append, whole ms) and
+	// delivery (Kafka append -> MQTT delivery). The CLI sets it when --kafka
+	// is given. Default: false (roundtrip consumes nothing from Kafka).
+	SplitAtKafka bool
 	// ReplyTopic is the MQTT topic roundtrip subscribers listen on.
 	// Default: Topic (which then needs ReplyMQTT to be another bridge
 	// instance).
@@ -279,6 +292,10 @@ func (c Config) Validate(d Direction) error {
 		return bad("topics", c.Topics, "must be 1..10000")
 	case c.Topics > 1 && d != MQTTToKafka:
 		return bad("topics", c.Topics, "several topics are measured for mqtt-to-kafka only")
+	case c.SplitAtKafka && d != Roundtrip:
+		return bad("split-at-kafka", c.SplitAtKafka, "only roundtrip is split at the Kafka append")
+	case d == Roundtrip && c.KafkaTopic != "" && !c.SplitAtKafka:
+		return bad("kafka-topic", c.KafkaTopic, "roundtrip consumes Kafka only with --kafka (the per-hop split)")
 	case c.AckOnly && d != MQTTToKafka:
 		return bad("ack-only", c.AckOnly, "only mqtt-to-kafka has acknowledgements to measure")
 	case c.AckOnly && c.Client != ClientRaw:

@@ -92,7 +92,8 @@ type Result struct {
 	Direction Direction
 	// Config is the run's configuration with defaults applied.
 	Config Config
-	// KafkaTopic is the Kafka topic used ("" for roundtrip).
+	// KafkaTopic is the Kafka topic used ("" for roundtrip unless split at
+	// the Kafka append).
 	KafkaTopic   string
 	PayloadBytes int
 	Rows         []Row
@@ -259,15 +260,25 @@ func WriteTable(w io.Writer, r *Result) error {
 		path = r.KafkaTopic + " -> " + c.Topic
 	case Roundtrip:
 		path = c.Topic + " @ " + c.MQTT + " -> " + c.ReplyTopic + " @ " + c.ReplyMQTT
+		if r.KafkaTopic != "" {
+			path = c.Topic + " @ " + c.MQTT + " -> " + r.KafkaTopic + " -> " + c.ReplyTopic + " @ " + c.ReplyMQTT
+		}
 	}
 	fmt.Fprintf(&b, "probe %s: %s, %s (+%d warm-up), QoS %d, %d B payload, %s, %s, %s\n\n",
 		r.Direction, path, Plural(int64(c.Count), "message"), c.Warmup, c.QoS, r.PayloadBytes,
 		Plural(int64(c.Clients), "client"), Plural(int64(c.Subscribers), "subscriber"), loop)
 
-	b.WriteString(LatencyUnits + "\n\n")
-	fmt.Fprintf(&b, "%-14s %-7s %10s %10s %10s %10s %10s   (ms)\n", "direction", "metric", "avg", "max", "50%", "90%", "99%")
+	b.WriteString(LatencyUnits + "\n")
 	for _, row := range r.Rows {
-		fmt.Fprintf(&b, "%-14s %-7s ", row.Direction, row.Metric)
+		if row.Metric == MetricDelivery {
+			b.WriteString("delivery starts at the Kafka record's LogAppendTime (whole ms): a sample can read up to 1 ms long\n")
+			break
+		}
+	}
+	b.WriteString("\n")
+	fmt.Fprintf(&b, "%-14s %-8s %10s %10s %10s %10s %10s   (ms)\n", "direction", "metric", "avg", "max", "50%", "90%", "99%")
+	for _, row := range r.Rows {
+		fmt.Fprintf(&b, "%-14s %-8s ", row.Direction, row.Metric)
 		if !row.Available {
 			fmt.Fprintf(&b, "%s\n", row.Status)
 			continue
@@ -275,11 +286,11 @@ func WriteTable(w io.Writer, r *Result) error {
 		f := row.Figures
 		fmt.Fprintf(&b, "%10s %10s %10s %10s %10s\n", ms(f.Avg), ms(f.Max), ms(f.P50), ms(f.P90), ms(f.P99))
 	}
-	fmt.Fprintf(&b, "\n%-14s %-7s %9s %7s %6s %7s %11s %10s %10s %10s\n",
+	fmt.Fprintf(&b, "\n%-14s %-8s %9s %7s %6s %7s %11s %10s %10s %10s\n",
 		"direction", "metric", "count", "lost", "dup", "reord", "msg/s", "min", "95%", "99.9%")
 	for _, row := range r.Rows {
 		cn := row.Counts
-		fmt.Fprintf(&b, "%-14s %-7s %9d %7d %6d %7d %11.1f ", row.Direction, row.Metric,
+		fmt.Fprintf(&b, "%-14s %-8s %9d %7d %6d %7d %11.1f ", row.Direction, row.Metric,
 			cn.Received, cn.Lost(), cn.Duplicated, cn.Reordered, row.ThroughputMsgS)
 		if row.Available {
 			f := row.Figures

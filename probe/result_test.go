@@ -107,6 +107,8 @@ func TestValidate(t *testing.T) {
 		{"negative warmup", KafkaToMQTT, func(c *Config) { c.Warmup = -1 }, "warmup=-1"},
 		{"roundtrip to itself", Roundtrip, func(c *Config) {}, "reply-topic=/tacos/pub/lf"},
 		{"bad direction", "sideways", func(c *Config) {}, "direction=sideways"},
+		{"split not roundtrip", MQTTToKafka, func(c *Config) { c.SplitAtKafka = true }, "split-at-kafka=true"},
+		{"roundtrip kafka topic without split", Roundtrip, func(c *Config) { c.ReplyTopic, c.KafkaTopic = "/back", "k" }, "kafka-topic=k"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

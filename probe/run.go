@@ -38,7 +38,7 @@ func Run(ctx context.Context, d Direction, cfg Config, env Env) (*Result, error)
 	}
 	r.cfg.PayloadSize = len(template)
 	r.res.Config = r.cfg
-	if d != Roundtrip {
+	if d != Roundtrip || cfg.SplitAtKafka {
 		r.kafkaTopic = cfg.KafkaTopic
 		if r.kafkaTopic == "" {
 			if r.kafkaTopic, err = topicmap.EncodeTopic(cfg.Topic); err != nil {
@@ -131,6 +131,14 @@ type runner struct {
 	marker     []byte
 	markerCh   chan struct{}
 	markerSeen sync.Once
+	// split, appendStream and delivTL (roundtrip with SplitAtKafka): the
+	// LogAppendTime of every record of the probe's own Kafka consumer, that
+	// consumer's stream, and the timeline of the delivery metric (append's
+	// is appTL). splitTS counts the consumed records' timestamp types.
+	split        *appendTimes
+	appendStream *stream
+	delivTL      *stats.Timeline
+	splitTS      tsCounts
 }
 
 func (r *runner) newStreams(n int, withAppend bool) []*stream {
@@ -142,17 +150,24 @@ func (r *runner) newStreams(n int, withAppend bool) []*stream {
 	if r.dir == KafkaToMQTT && r.hop == nil {
 		r.hop = &hop{recv: make([]atomic.Int64, r.gen.total)}
 	}
+	if r.split != nil {
+		r.appTL = stats.NewTimeline(r.startNs)
+		r.delivTL = stats.NewTimeline(r.startNs)
+	}
 	keys, key := r.orderKeys()
 	for i := range r.streams {
 		s := newStream(uint32(r.cfg.Warmup), uint32(r.cfg.Count), r.startNs, withAppend, r.cfg.Raw, &r.received)
 		s.tr.OrderBy(keys, key)
 		s.tl, s.appTL = r.tl, r.appTL
 		s.hop = r.hop
+		s.split, s.delivTL = r.split, r.delivTL
 		switch {
 		case i >= maxSinks:
 			s.lat = r.streams[i%maxSinks].lat
 		case r.hop != nil:
 			s.lat.bridge = stats.NewLatency()
+		case r.split != nil:
+			s.lat.hopApp, s.lat.hopDeliv = stats.NewLatency(), stats.NewLatency()
 		}
 		r.streams[i] = s
 	}
@@ -167,6 +182,17 @@ func (r *runner) newKafkaStream() *stream {
 	s.tr.OrderBy(keys, key)
 	s.recvAt = r.hop
 	r.kafkaStream = s
+	return s
+}
+
+// newAppendStream is the stream of the probe's own Kafka consumer in a
+// split roundtrip: it records each record's LogAppendTime in r.split.
+func (r *runner) newAppendStream() *stream {
+	s := newStream(uint32(r.cfg.Warmup), uint32(r.cfg.Count), r.startNs, false, false, nil)
+	keys, key := r.orderKeys()
+	s.tr.OrderBy(keys, key)
+	s.appendAt = r.split
+	r.appendStream = s
 	return s
 }
 
@@ -201,6 +227,9 @@ func (r *runner) waitStreams(ctx context.Context) bool {
 	all := r.streams
 	if r.kafkaStream != nil {
 		all = append(slices.Clip(all), r.kafkaStream)
+	}
+	if r.appendStream != nil {
+		all = append(slices.Clip(all), r.appendStream)
 	}
 	for _, s := range all {
 		select {
@@ -376,6 +405,9 @@ func (r *runner) finish() (*Result, error) {
 			"%d bridge samples negative (the bridge delivered before the probe's consumer saw the record) counted as 0; "+
 			"%d MQTT arrivals had no Kafka receive", bridge.Negative(), missing))
 	}
+	if r.split != nil {
+		r.splitRows(row, counts)
+	}
 	er := row(r.metricName, e2e)
 	if !er.Available {
 		er.Status = "unavailable: no messages received"
@@ -425,7 +457,11 @@ func (r *runner) rawLines() []RawLine {
 	var out []RawLine
 	for _, s := range r.streams {
 		for _, a := range s.raw {
-			out = append(out, RawLine{Seq: a.seq, SendNs: r.gen.sentAt[a.seq], AppendMs: a.appendMs, RecvNs: a.recvNs})
+			app := a.appendMs
+			if r.split != nil && app == noAppend {
+				app = r.split.get(a.seq)
+			}
+			out = append(out, RawLine{Seq: a.seq, SendNs: r.gen.sentAt[a.seq], AppendMs: app, RecvNs: a.recvNs})
 		}
 		for seq := uint32(0); seq < r.gen.total; seq++ {
 			if !s.tr.Seen(seq) {
@@ -439,4 +475,58 @@ func (r *runner) rawLines() []RawLine {
 // clientID prefixes the probe's MQTT client ids, unique per process and run.
 func (r *runner) clientID(role string) string {
 	return fmt.Sprintf("ferry-probe-%d-%x-%s", os.Getpid(), r.startNs&0xffffff, role)
+}
+
+// splitRows adds the rows of a split roundtrip, append and delivery, and
+// their self-check line. Each counts the deliveries joined to their Kafka
+// record's LogAppendTime; when the topic's records carry none, both are
+// unavailable.
+func (r *runner) splitRows(row func(string, *stats.Latency) Row, counts stats.Counts) {
+	var missing int64
+	for _, s := range r.streams {
+		missing += s.resolveSplit()
+	}
+	app, deliv := stats.NewLatency(), stats.NewLatency()
+	seen := map[*sink]bool{}
+	for _, s := range r.streams {
+		if seen[s.lat] {
+			continue
+		}
+		seen[s.lat] = true
+		s.lat.mu.Lock()
+		app.Merge(s.lat.hopApp)
+		deliv.Merge(s.lat.hopDeliv)
+		s.lat.mu.Unlock()
+	}
+	la, other := r.splitTS.logAppend.Load(), r.splitTS.other.Load()
+	for _, m := range []struct {
+		name string
+		l    *stats.Latency
+		tl   *stats.Timeline
+	}{{MetricAppend, app, r.appTL}, {MetricDelivery, deliv, r.delivTL}} {
+		rw := row(m.name, m.l)
+		switch {
+		case other > 0:
+			rw.Available, rw.Figures = false, stats.Figures{}
+			rw.Status = fmt.Sprintf("unavailable: %d of %d records of %s carry no LogAppendTime (topic is not "+
+				"message.timestamp.type=LogAppendTime): no split", other, la+other, r.kafkaTopic)
+		case !rw.Available:
+			rw.Status = fmt.Sprintf("unavailable: no delivery was joined to its record in %s", r.kafkaTopic)
+		}
+		r.res.Rows = append(r.res.Rows, rw)
+		if rw.Available {
+			r.res.hists[m.name] = m.l
+			r.res.timelines[m.name] = m.tl
+		}
+	}
+	if other > 0 {
+		r.checks = append(r.checks, fmt.Sprintf("per hop through Kafka: skipped, the records of %s carry no LogAppendTime "+
+			"(see its timestamp type above): only e2e is measured", r.kafkaTopic))
+		return
+	}
+	r.checks = append(r.checks, fmt.Sprintf("per hop through Kafka, split at each record's LogAppendTime in %s (whole ms, "+
+		"the broker's clock): append = LogAppendTime - send time, both whole ms, as mqtt-to-kafka's append; delivery = "+
+		"MQTT receive - LogAppendTime (up to 1 ms long: the append's millisecond is truncated); %d of %d measured "+
+		"deliveries joined to their record, %d had none; negative samples counted as 0: append %d, delivery %d",
+		r.kafkaTopic, app.Count(), counts.Received, missing, app.Negative(), deliv.Negative()))
 }

@@ -27,6 +27,9 @@ type sink struct {
 	app    *stats.Latency // nil when the direction has no append metric
 	noApp  int64          // measured records without LogAppendTime
 	bridge *stats.Latency // nil unless the stream has a hop (kafka-to-mqtt)
+	// hopApp and hopDeliv are the two halves of a split roundtrip (append
+	// and delivery); nil unless split.
+	hopApp, hopDeliv *stats.Latency
 }
 
 func newSink(withAppend bool) *sink {
@@ -68,6 +71,44 @@ type hop struct {
 	recv []atomic.Int64
 }
 
+// appendTimes holds, per sequence number, the LogAppendTime (Unix ms) of
+// the Kafka record of the message (split roundtrip); 0 until the probe's
+// Kafka consumer has it.
+type appendTimes struct {
+	ms []atomic.Int64
+}
+
+// get returns the LogAppendTime of seq, or noAppend.
+func (a *appendTimes) get(seq uint32) int64 {
+	if v := a.ms[seq].Load(); v != 0 {
+		return v
+	}
+	return noAppend
+}
+
+// recordSplit adds one delivery of a split roundtrip: append (LogAppendTime
+// - send time, whole ms as the append metric) and delivery (receive -
+// LogAppendTime).
+func (k *sink) recordSplit(sentNs, appendMs, recvNs int64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.hopApp.Record(appendLatencyNs(appendMs, sentNs))
+	k.hopDeliv.Record(deliveryLatencyNs(appendMs, recvNs))
+}
+
+// deliveryLatencyNs is the delivery metric: the receive time minus the
+// record's LogAppendTime (whole ms, so up to 1 ms too long).
+func deliveryLatencyNs(appendMs, recvNs int64) int64 {
+	return recvNs - appendMs*1e6
+}
+
+// pendingSplit is a delivery that arrived before the probe's Kafka
+// consumer saw its record.
+type pendingSplit struct {
+	seq            uint32
+	sentNs, recvNs int64
+}
+
 // stream is one receiving goroutine's view of the run: a Kafka consumer or
 // an MQTT subscriber. Its histograms (its sink) are merged with the others'
 // at the end. The mutexes are uncontended except when the progress line
@@ -91,6 +132,16 @@ type stream struct {
 	// recvAt, when set, is filled with each first arrival's receive time
 	// (the Kafka stream of kafka-to-mqtt feeds a hop).
 	recvAt *hop
+	// split, when set (split roundtrip), gets the append and delivery
+	// metrics of each measured arrival; arrivals that came before the
+	// probe's Kafka consumer saw their record wait in pendingSplit until
+	// finish. delivTL is the run's delivery timeline (append's is appTL).
+	split        *appendTimes
+	pendingSplit []pendingSplit
+	delivTL      *stats.Timeline
+	// appendAt, when set, is filled with each first arrival's
+	// LogAppendTime (the Kafka stream of a split roundtrip).
+	appendAt *appendTimes
 
 	total    int64
 	unique   int64
@@ -138,6 +189,9 @@ func (s *stream) observeStamp(st stamp.Stamp, recvNs, appendMs int64) {
 	if s.recvAt != nil && (v == stats.Measured || v == stats.Warmup) {
 		s.recvAt.recv[st.Seq].Store(recvNs)
 	}
+	if s.appendAt != nil && appendMs > 0 && (v == stats.Measured || v == stats.Warmup) {
+		s.appendAt.ms[st.Seq].Store(appendMs)
+	}
 	if v == stats.Measured || v == stats.Warmup {
 		s.unique++
 		if s.received != nil {
@@ -159,6 +213,13 @@ func (s *stream) observeStamp(st stamp.Stamp, recvNs, appendMs int64) {
 			s.lat.recordBridge(recvNs - k)
 		} else {
 			s.pendingHop = append(s.pendingHop, arrival{seq: st.Seq, recvNs: recvNs})
+		}
+	}
+	if s.split != nil {
+		if a := s.split.get(st.Seq); a != noAppend {
+			s.recordSplit(st.SentNs, a, recvNs)
+		} else {
+			s.pendingSplit = append(s.pendingSplit, pendingSplit{seq: st.Seq, sentNs: st.SentNs, recvNs: recvNs})
 		}
 	}
 	if s.tl != nil {
@@ -194,6 +255,36 @@ func (s *stream) resolveHops() (missing int64) {
 	for _, a := range pending {
 		if k := s.hop.recv[a.seq].Load(); k != 0 {
 			s.lat.recordBridge(a.recvNs - k)
+		} else {
+			missing++
+		}
+	}
+	return missing
+}
+
+// recordSplit adds one measured delivery to the split metrics and their
+// timelines.
+func (s *stream) recordSplit(sentNs, appendMs, recvNs int64) {
+	s.lat.recordSplit(sentNs, appendMs, recvNs)
+	if s.appTL != nil {
+		s.appTL.Record(recvNs, appendLatencyNs(appendMs, sentNs))
+	}
+	if s.delivTL != nil {
+		s.delivTL.Record(recvNs, deliveryLatencyNs(appendMs, recvNs))
+	}
+}
+
+// resolveSplit records the split metrics of arrivals that came before the
+// probe's Kafka consumer saw their record and returns how many never had
+// a LogAppendTime.
+func (s *stream) resolveSplit() (missing int64) {
+	s.mu.Lock()
+	pending := s.pendingSplit
+	s.pendingSplit = nil
+	s.mu.Unlock()
+	for _, p := range pending {
+		if a := s.split.get(p.seq); a != noAppend {
+			s.recordSplit(p.sentNs, a, p.recvNs)
 		} else {
 			missing++
 		}

@@ -6,6 +6,7 @@
 //	    --topic /tacos/pub/lf --count 1000000 --qos 1 --payload-size 12 --csv out.csv
 //	probe kafka-to-mqtt --topic /tacos/sub/le --count 200000 --rate 1000 --payload-file data.txt
 //	probe roundtrip --mqtt tcp://a:1883 --reply-mqtt tcp://b:1883 --topic /tacos/pub/lf --rate 1000
+//	probe roundtrip --mqtt tcp://a:1883 --reply-mqtt tcp://b:1883 --kafka k:9092 --rate 1000   # + append, delivery
 //	probe sweep --direction mqtt-to-kafka --clients 1,30,60 --interval 5s --payload 12,120 \
 //	    --duration 120s --repeat 3 --csv sweep.csv --plot figs
 //	probe compare a.csv b.csv
@@ -181,6 +182,9 @@ func parseFlags(d probe.Direction, args []string, stderr io.Writer) (probe.Confi
 		cfg.PayloadSize = 0 // 12 + file size
 	}
 	cfg.Raw = files.raw != ""
+	// roundtrip consumes Kafka only when asked: --kafka splits the trip at
+	// each record's LogAppendTime (metrics append and delivery).
+	cfg.SplitAtKafka = d == probe.Roundtrip && fs.Changed("kafka")
 	return cfg, files, cfg.Validate(d)
 }
 
@@ -188,10 +192,16 @@ func parseFlags(d probe.Direction, args []string, stderr io.Writer) (probe.Confi
 // sets the count, rate, clients and payload itself.
 func addRunFlags(fs *pflag.FlagSet, d probe.Direction, cfg *probe.Config, files *outFiles, sweep bool) {
 	fs.StringVar(&cfg.MQTT, "mqtt", cfg.MQTT, "MQTT broker URL (tcp://host:port)")
-	fs.StringSliceVar(&cfg.Kafka, "kafka", cfg.Kafka, "Kafka bootstrap brokers, comma-separated")
+	kafkaHelp := "Kafka bootstrap brokers, comma-separated"
+	if d == probe.Roundtrip && !sweep {
+		kafkaHelp += "; giving it also consumes the Kafka topic the bridge writes and splits the trip at each record's LogAppendTime (metrics append and delivery)"
+	}
+	fs.StringSliceVar(&cfg.Kafka, "kafka", cfg.Kafka, kafkaHelp)
 	fs.StringVar(&cfg.Topic, "topic", cfg.Topic, "MQTT topic")
 	if d != probe.Roundtrip {
 		fs.StringVar(&cfg.KafkaTopic, "kafka-topic", "", "Kafka topic (default: the bridge's default mapping of --topic, e.g. /tacos/pub/lf -> _tacos_pub_lf)")
+	} else if !sweep {
+		fs.StringVar(&cfg.KafkaTopic, "kafka-topic", "", "with --kafka: the Kafka topic the bridge writes --topic to (default: its default mapping, e.g. /tacos/pub/lf -> _tacos_pub_lf)")
 	}
 	if d == probe.Roundtrip {
 		fs.StringVar(&cfg.ReplyMQTT, "reply-mqtt", "", "MQTT broker URL of the subscribers (default --mqtt; another bridge instance sharing the Kafka cluster)")

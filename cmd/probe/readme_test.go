@@ -107,6 +107,7 @@ var docCommands = []docCommand{
 	{"docs/operations.md", "Try it", "", "run by TestDocsOperations"},
 	{"docs/testing.md", "", "scripts/test.sh", "not run: the whole test suite itself (CI runs it)"},
 	{"docs/scale.md", "", "FERRY_TEST_KAFKA=127.0.0.1:9092 ", "not run: a test of the suite (TestIdleConnectionMemory), run by scripts/test.sh"},
+	{"docs/probe.md", "Round trip through Kafka, per hop", "go run ./cmd/probe ", "run by TestDocsRoundtripHops"},
 	{"docs/probe.md", "Throughput run", "go run ./cmd/probe ", "not run: a load run (a measurement, see docs/benchmarks.md)"},
 	{"docs/deployment.md", "", "docker ", "not run: no Docker engine here; configs/configs_test.go checks docker-compose.yml, the Dockerfile and the compose table"},
 	{"docs/deployment.md", "", "mosquitto_pub ", "not run: needs the compose setup (no Docker engine here); the same command is run by TestReadmeQuickstart"},
