@@ -9,7 +9,8 @@ import (
 // ErrNotFound: no such client, session or retained message.
 var ErrNotFound = errors.New("not found")
 
-// Backend is what the API reads and asks of the cluster (the bridge).
+// Backend is what the API reads and asks of the cluster (package
+// admin/backend).
 // Every method answers for the whole cluster, from any instance.
 type Backend interface {
 	Instances(ctx context.Context) ([]Instance, error)

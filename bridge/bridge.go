@@ -27,8 +27,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/ferry-bridge/ferry/admin/backend"
+	"github.com/ferry-bridge/ferry/instance"
 	"github.com/ferry-bridge/ferry/internal/kafkaclient"
 	"github.com/ferry-bridge/ferry/internal/mqttconn"
+	"github.com/ferry-bridge/ferry/kafkawatch"
 	"github.com/ferry-bridge/ferry/producer"
 	"github.com/ferry-bridge/ferry/reverse"
 	"github.com/ferry-bridge/ferry/ringbuffer"
@@ -56,9 +59,9 @@ type Bridge struct {
 	stateEngine *session.Engine // sessions and retained messages in Kafka
 	embedded    *embeddedKafka
 	http        *httpServer
-	instance    *instanceCheck
-	fleet       *liveInstances // the live instances, from the heartbeats
-	admin       *adminBackend  // the admin API's (nil: off)
+	instance    *instance.Check
+	fleet       *backend.Fleet   // the live instances, from the heartbeats
+	admin       *backend.Backend // the admin API's (nil: off)
 
 	// replaySlots is how many session replays run at once (0: session.MaxReplays);
 	// tests set it before Run.
@@ -69,7 +72,7 @@ type Bridge struct {
 
 	brokers   []string
 	mqttAddrs map[string]string
-	kafka     *kafkaWatch
+	kafka     *kafkawatch.Watch
 
 	workers       sync.WaitGroup
 	hardCancel    context.CancelFunc
@@ -229,25 +232,25 @@ func (b *Bridge) start(ctx context.Context) error {
 	// Kafka's reachability is watched from here on: /readyz answers from
 	// the first check, whatever start-up still does (reading the state
 	// topics, opening listeners).
-	b.kafka = newKafkaWatch(b.log, brokers)
+	b.kafka = kafkawatch.New(b.log, brokers)
 	watchCtx, watchCancel := context.WithCancel(context.Background())
 	b.watchCancel = watchCancel
 	b.watchDone = make(chan struct{})
 	go func() {
 		defer close(b.watchDone)
 		// Once Kafka answers: a warning when the topics Ferry creates would
-		// keep one copy on a cluster of several brokers (replication.go).
+		// keep one copy on a cluster of several brokers (package kafkawatch).
 		// Not for the embedded Kafka, one broker by design.
 		var checked sync.WaitGroup
 		if b.embedded == nil {
-			rc := &replicationCheck{log: b.log, client: b.kclient, configured: b.cfg.Kafka.ReplicationFactor, retry: time.Second}
+			rc := &kafkawatch.ReplicationCheck{Log: b.log, Client: b.kclient, Configured: b.cfg.Kafka.ReplicationFactor, Retry: time.Second}
 			checked.Add(1)
 			go func() {
 				defer checked.Done()
-				rc.run(watchCtx)
+				rc.Run(watchCtx)
 			}()
 		}
-		b.kafka.run(watchCtx, b.kclient)
+		b.kafka.Run(watchCtx, b.kclient)
 		checked.Wait()
 	}()
 
@@ -325,7 +328,7 @@ func (b *Bridge) start(ctx context.Context) error {
 			return err
 		}
 	}
-	b.instance.setDescribe(b.describeInstance) // after the addresses are known
+	b.instance.SetDescribe(b.describeInstance) // after the addresses are known
 	b.log.Info("ferry bridge started", "mqtt", b.mqttAddrs, "kafka", brokers, "http", b.HTTPAddr(),
 		"instance", b.cfg.Instance.ID, "reverse_topics", b.cfg.Reverse.Topics)
 	return nil
@@ -421,10 +424,10 @@ func (b *Bridge) readyNow() (bool, string) {
 	default:
 		return false, "listeners not started"
 	}
-	if ok, why := b.kafka.status(); !ok {
+	if ok, why := b.kafka.Status(); !ok {
 		return false, why
 	}
-	if ok, why := b.instance.status(); !ok {
+	if ok, why := b.instance.Status(); !ok {
 		return false, why
 	}
 	return true, "ok"

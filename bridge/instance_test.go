@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/ferry-bridge/ferry/instance"
 	"github.com/ferry-bridge/ferry/internal/kafkatest"
 )
 
@@ -29,10 +29,10 @@ func readyz(t testing.TB, httpAddr string) (int, string) {
 	return res.StatusCode, string(body)
 }
 
-// heartbeats waits until n heartbeats of instance id are in instancesTopic.
+// heartbeats waits until n heartbeats of instance id are in instance.Topic.
 func heartbeats(t testing.TB, brokers, id string, n int, timeout time.Duration) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.ConsumeTopics(instancesTopic),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.ConsumeTopics(instance.Topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(time.Now().Add(-time.Minute).UnixMilli())))
 	if err != nil {
 		t.Fatal(err)
@@ -56,11 +56,7 @@ func heartbeats(t testing.TB, brokers, id string, n int, timeout time.Duration) 
 
 // armed reports whether the bridge's instance check has read back its own
 // first heartbeat (from then on it would see a duplicate).
-func armed(b *Bridge) bool {
-	b.instance.mu.Lock()
-	defer b.instance.mu.Unlock()
-	return b.instance.armed
-}
+func armed(b *Bridge) bool { return b.instance.Armed() }
 
 // TestDuplicateInstanceID: two running bridges with the same instance.id
 // (real Kafka) both answer /readyz 503 naming the problem and set
@@ -90,7 +86,7 @@ func TestDuplicateInstanceID(t *testing.T) {
 	if err := b.Close(ctx); err != nil {
 		t.Fatalf("close the duplicate: %v", err)
 	}
-	waitFor(t, instanceStaleBeats*instanceHeartbeat+10*time.Second, "readyz 200 once the duplicate stopped", func() bool {
+	waitFor(t, instance.StaleBeats*instanceHeartbeat+10*time.Second, "readyz 200 once the duplicate stopped", func() bool {
 		code, _ := readyz(t, a.HTTPAddr())
 		return code == http.StatusOK
 	})
@@ -123,25 +119,6 @@ func TestInstanceRestartAfterKill9NotDuplicate(t *testing.T) {
 			t.Fatalf("restarted instance not ready: %d %s", code, body)
 		}
 		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// TestInstanceCheckCloseWithoutRun: Close before (or instead of) Run
-// returns at once, a later Run does nothing, and Close can be repeated.
-func TestInstanceCheckCloseWithoutRun(t *testing.T) {
-	cfg := testConfig("")
-	c, err := newInstanceCheck(cfg, testLogger(t), prometheus.NewRegistry(), nil, []string{"127.0.0.1:1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	c.Run(ctx) // returns at once: the nil Kafka client is never touched
-	if err := c.Close(ctx); err != nil {
-		t.Fatalf("second Close: %v", err)
 	}
 }
 

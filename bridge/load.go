@@ -10,6 +10,8 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 	"gopkg.in/yaml.v3"
+
+	"github.com/ferry-bridge/ferry/internal/envcheck"
 )
 
 // Flags are the command-line flags of cmd/bridge; each overrides the config
@@ -54,7 +56,7 @@ func LoadConfig(fs *pflag.FlagSet, f *Flags, env func(string) (string, bool)) (C
 	setDefaults(v, "", reflect.ValueOf(def))
 	if env != nil {
 		// viper reads the process environment; the lookup decides values.
-		if err := checkEnv(os.Environ(), env, v.AllKeys()); err != nil {
+		if err := envcheck.Check(os.Environ(), env, v.AllKeys()); err != nil {
 			return Config{}, err
 		}
 	}

@@ -2,7 +2,6 @@ package bridge
 
 import (
 	"context"
-	"log/slog"
 	"sort"
 	"strings"
 	"sync"
@@ -14,7 +13,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/ferry-bridge/ferry/instance"
 	"github.com/ferry-bridge/ferry/internal/kafkatest"
+	"github.com/ferry-bridge/ferry/kafkawatch"
 )
 
 // TestCreatedTopicsAskForClusterReplication (issue 31, bug 5): with the
@@ -45,7 +46,7 @@ func TestCreatedTopicsAskForClusterReplication(t *testing.T) {
 	topic := uniqueTopic("rf")
 	mustPublish(t, connectV5(t, b.MQTTAddr(), "rf-"+randHex(3)), &paho.Publish{Topic: topic, QoS: 1, Payload: []byte("x")})
 
-	want := []string{cfg.State.SessionsTopic, cfg.State.RetainedTopic, instancesTopic, kafkaName(t, topic)}
+	want := []string{cfg.State.SessionsTopic, cfg.State.RetainedTopic, instance.Topic, kafkaName(t, topic)}
 	waitFor(t, 10*time.Second, "CreateTopics requests for "+strings.Join(want, ", "), func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -93,7 +94,7 @@ func TestCreatedTopicsGetBrokerDefaultReplication(t *testing.T) {
 	if err != nil || len(md.Brokers) == 0 {
 		t.Fatalf("metadata: %v (%d brokers)", err, len(md.Brokers))
 	}
-	def, err := brokerDefaultReplication(ctx, client, md.Brokers[0].ID)
+	def, err := kafkawatch.BrokerDefaultReplication(ctx, client, md.Brokers[0].ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,53 +119,9 @@ func TestCreatedTopicsGetBrokerDefaultReplication(t *testing.T) {
 	}
 }
 
-// TestReplicationWarning: the start-up check warns when the topics Ferry
-// creates would keep one copy on a cluster of several brokers: configured
-// 1, or -1 with the brokers' default.replication.factor 1. Not with -1 and
-// a default of 3, nor on one broker.
-func TestReplicationWarning(t *testing.T) {
-	for _, tc := range []struct {
-		name       string
-		brokers    int
-		def        string // default.replication.factor; "": kfake's (3)
-		configured int
-		warn       string
-	}{
-		{"configured 1 on 3 brokers", 3, "", 1, "kafka.replication_factor is 1 on a cluster of several brokers"},
-		{"cluster default 1 on 3 brokers", 3, "1", -1, "which is 1 on a cluster of several brokers"},
-		{"cluster default 3 on 3 brokers", 3, "", -1, ""},
-		{"configured 3 on 3 brokers", 3, "1", 3, ""},
-		{"configured 1 on 1 broker", 1, "", 1, ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			opts := []kfake.Opt{kfake.NumBrokers(tc.brokers)}
-			if tc.def != "" {
-				opts = append(opts, kfake.BrokerConfigs(map[string]string{"default.replication.factor": tc.def}))
-			}
-			fake, err := kfake.NewCluster(opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer fake.Close()
-			client := kafkatest.Client(strings.Join(fake.ListenAddrs(), ","))
-			defer kafkatest.CloseClient(client)
-			logs := new(lockedBuffer)
-			rc := &replicationCheck{log: slog.New(slog.NewTextHandler(logs, nil)), client: client, configured: tc.configured, retry: 10 * time.Millisecond}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := rc.check(ctx); err != nil {
-				t.Fatal(err)
-			}
-			got := logs.String()
-			switch {
-			case tc.warn == "" && got != "":
-				t.Errorf("logged %q, want nothing", got)
-			case tc.warn != "" && (!strings.Contains(got, "level=WARN") || !strings.Contains(got, tc.warn)):
-				t.Errorf("logged %q, want a WARN saying %q", got, tc.warn)
-			}
-		})
-	}
-	// And a bridge does it at start.
+// TestReplicationWarningAtStart: a bridge makes the replication check
+// (package kafkawatch) at start: configured 1 on 3 brokers is warned of.
+func TestReplicationWarningAtStart(t *testing.T) {
 	fake, err := kfake.NewCluster(kfake.NumBrokers(3))
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/ferry-bridge/ferry/admin/backend"
+	"github.com/ferry-bridge/ferry/instance"
 	"github.com/ferry-bridge/ferry/reverse"
 	"github.com/ferry-bridge/ferry/session"
 )
@@ -28,7 +30,7 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 	if b.embedded != nil {
 		rf = 1 // the embedded Kafka is one broker, in memory
 	}
-	cfg := session.Config{Brokers: brokers, InstanceID: b.cfg.Instance.ID, Started: b.instance.start,
+	cfg := session.Config{Brokers: brokers, InstanceID: b.cfg.Instance.ID, Started: b.instance.Started(),
 		SessionsTopic: b.cfg.State.SessionsTopic, RetainedTopic: b.cfg.State.RetainedTopic,
 		Partitions: int32(b.cfg.State.Partitions), ReplicationFactor: rf, WriteTimeout: b.cfg.Kafka.AckTimeout,
 		ConnectTimeout: max(b.cfg.State.ConnectTimeout, b.cfg.Kafka.AckTimeout),
@@ -49,9 +51,9 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 	if err != nil {
 		return err
 	}
-	b.fleet = newLiveInstances(b.cfg.State.SessionsTopic, b.cfg.State.InstanceLapse)
-	b.instance.setBeats(func(id string, hb heartbeat, own bool) {
-		b.fleet.saw(id, hb)
+	b.fleet = backend.NewFleet(b.cfg.State.SessionsTopic, b.cfg.State.InstanceLapse)
+	b.instance.SetBeats(func(id string, hb instance.Heartbeat, own bool) {
+		b.fleet.Saw(id, hb)
 		b.stateEngine.Beat(id, session.Heartbeat{Stopped: hb.Stopped, SessionsTopic: hb.Sessions}, own)
 	})
 	return b.stateEngine.WaitLoaded(ctx)

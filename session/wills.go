@@ -20,7 +20,7 @@ import (
 // instance as Owner, and holds the client's Will.
 //
 // Liveness comes from the heartbeats every instance appends to
-// _ferry_instances (instanceCheck): an instance is dead once none of its
+// _ferry_instances (package instance): an instance is dead once none of its
 // heartbeats has been read here for state.instance_lapse, or at once when
 // its last heartbeat says it stopped (graceful stop). Times are this
 // instance's own clock (when it read a heartbeat), never another host's.

@@ -1,4 +1,4 @@
-package bridge
+package backend
 
 import (
 	"context"
@@ -14,7 +14,9 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferry-bridge/ferry/instance"
 	"github.com/ferry-bridge/ferry/internal/kafkaclient"
+	"github.com/ferry-bridge/ferry/producer"
 )
 
 // adminTopic carries the admin API's requests to the instance that must
@@ -63,33 +65,29 @@ type control struct {
 	done chan struct{}
 }
 
-func newControl(cfg Config, log *slog.Logger, client *kafka.Client, brokers []string, start time.Time) (*control, error) {
+func newControl(cfg Config, d Deps) (*control, error) {
 	nonce := make([]byte, 8)
 	if _, err := rand.Read(nonce); err != nil {
 		return nil, fmt.Errorf("admin control nonce: %w", err)
 	}
-	sec, err := kgoSecurityOpts(cfg.Kafka)
-	if err != nil {
-		return nil, err
-	}
-	c := &control{id: cfg.Instance.ID, nonce: hex.EncodeToString(nonce), sessions: cfg.State.SessionsTopic,
-		log: log.With("component", "admin"), client: client, replication: cfg.Kafka.ReplicationFactor,
+	c := &control{id: cfg.InstanceID, nonce: hex.EncodeToString(nonce), sessions: cfg.SessionsTopic,
+		log: d.Log.With("component", "admin"), client: d.Client, replication: cfg.ReplicationFactor,
 		waiting: make(map[string]chan json.RawMessage), ready: make(chan struct{}),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	c.opts = append([]kgo.Opt{
-		kgo.SeedBrokers(brokers...),
-		kgo.ClientID("ferry-" + cfg.Instance.ID + "-admin"),
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ClientID("ferry-" + cfg.InstanceID + "-admin"),
 		kgo.ConsumeTopics(adminTopic),
 		// From a little before the start, as the heartbeats (a broker
 		// clock behind this host's must not hide the first requests);
 		// older requests are past their Until, replies to other runs
 		// are not this run's.
-		kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(start.Add(-instanceLookback).UnixMilli())),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(cfg.Started.Add(-instance.Lookback).UnixMilli())),
 		kgo.FetchMaxWait(time.Second),
 		kgo.ProducerLinger(0),
 		kgo.RecordDeliveryTimeout(5 * time.Second),
 		kgo.WithLogger(kafkaclient.KgoLogger{Logger: c.log}),
-	}, sec...)
+	}, d.KafkaOpts...)
 	return c, nil
 }
 
@@ -103,11 +101,11 @@ func (c *control) run() {
 		cancel()
 	}()
 	for ctx.Err() == nil {
-		err := createControlTopic(ctx, c.client, adminTopic, c.replication)
+		err := instance.CreateControlTopic(ctx, c.client, adminTopic, c.replication)
 		if err == nil {
 			break
 		}
-		if errors.Is(err, ErrTopicRejected) {
+		if errors.Is(err, producer.ErrTopicRejected) {
 			c.log.Warn("admin actions on clients of other instances are OFF: cannot create or use the Kafka topic "+adminTopic, "err", err)
 			return
 		}

@@ -1,4 +1,11 @@
-package bridge
+// Package kafkawatch watches the Kafka cluster for the bridge, apart from
+// producing and consuming: Watch keeps its reachability current (one
+// ApiVersions request a second) for /readyz and the log, and
+// ReplicationCheck warns once, when Kafka first answers, if the topics
+// Ferry creates would keep one copy on a cluster of several brokers.
+// Neither changes what the bridge does: they report. The package knows
+// nothing of MQTT.
+package kafkawatch
 
 import (
 	"context"
@@ -9,15 +16,15 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// kafkaStillDownEvery is how often a Kafka that stays unreachable is logged
+// stillDownEvery is how often a Kafka that stays unreachable is logged
 // again (the first failure is logged at once).
-const kafkaStillDownEvery = 30 * time.Second
+const stillDownEvery = 30 * time.Second
 
-// kafkaWatch keeps Kafka's reachability current for /readyz and the log. The
+// Watch keeps Kafka's reachability current for /readyz and the log. The
 // first failed check is logged at once with its error, a lasting outage
-// again every kafkaStillDownEvery, a recovery once; /readyz carries the last
+// again every stillDownEvery, a recovery once; /readyz carries the last
 // error.
-type kafkaWatch struct {
+type Watch struct {
 	log     *slog.Logger
 	brokers []string
 	repeat  time.Duration
@@ -29,12 +36,14 @@ type kafkaWatch struct {
 	lastLog   time.Time
 }
 
-func newKafkaWatch(log *slog.Logger, brokers []string) *kafkaWatch {
-	return &kafkaWatch{log: log, brokers: brokers, repeat: kafkaStillDownEvery}
+// New is a watch of the Kafka at brokers (named in its log lines); Run
+// runs it.
+func New(log *slog.Logger, brokers []string) *Watch {
+	return &Watch{log: log, brokers: brokers, repeat: stillDownEvery}
 }
 
 // observe records one check's result at now and logs what changed.
-func (w *kafkaWatch) observe(now time.Time, err error) {
+func (w *Watch) observe(now time.Time, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	wasDown := w.checked && w.err != nil
@@ -52,8 +61,8 @@ func (w *kafkaWatch) observe(now time.Time, err error) {
 	}
 }
 
-// status is Kafka's part of /readyz.
-func (w *kafkaWatch) status() (bool, string) {
+// Status is Kafka's part of /readyz.
+func (w *Watch) Status() (bool, string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {
@@ -65,8 +74,8 @@ func (w *kafkaWatch) status() (bool, string) {
 	return true, "ok"
 }
 
-// run checks Kafka every second until ctx ends.
-func (w *kafkaWatch) run(ctx context.Context, client *kafka.Client) {
+// Run checks Kafka every second until ctx ends.
+func (w *Watch) Run(ctx context.Context, client *kafka.Client) {
 	check := func() {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()

@@ -1,4 +1,4 @@
-package bridge
+package backend
 
 import (
 	"slices"
@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/ferry-bridge/ferry/admin"
+	"github.com/ferry-bridge/ferry/instance"
 )
 
-// liveInstances is the live instances as their heartbeats say (the admin API's
+// Fleet is the live instances as their heartbeats say (the admin API's
 // GET /api/v1/instances): every instance reads every heartbeat.
-type liveInstances struct {
+type Fleet struct {
 	sessions string        // this cluster's state.sessions_topic
 	lapse    time.Duration // state.instance_lapse: unheard this long, gone
 
@@ -20,16 +21,19 @@ type liveInstances struct {
 }
 
 type fleetBeat struct {
-	hb heartbeat
+	hb instance.Heartbeat
 	at time.Time // when read
 }
 
-func newLiveInstances(sessions string, lapse time.Duration) *liveInstances {
-	return &liveInstances{sessions: sessions, lapse: lapse, beats: make(map[string]fleetBeat)}
+// NewFleet is an empty fleet of the cluster of sessions (its
+// state.sessions_topic) whose members lapse after lapse
+// (state.instance_lapse).
+func NewFleet(sessions string, lapse time.Duration) *Fleet {
+	return &Fleet{sessions: sessions, lapse: lapse, beats: make(map[string]fleetBeat)}
 }
 
-// saw records one heartbeat read.
-func (f *liveInstances) saw(id string, hb heartbeat) {
+// Saw records one heartbeat read.
+func (f *Fleet) Saw(id string, hb instance.Heartbeat) {
 	if hb.Sessions != "" && hb.Sessions != f.sessions {
 		return // another cluster sharing the Kafka
 	}
@@ -43,7 +47,7 @@ func (f *liveInstances) saw(id string, hb heartbeat) {
 
 // live lists the instances heard from within the lapse and not stopped,
 // by id.
-func (f *liveInstances) live() []admin.Instance {
+func (f *Fleet) live() []admin.Instance {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()

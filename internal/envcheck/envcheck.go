@@ -1,4 +1,9 @@
-package bridge
+// Package envcheck refuses FERRY_* environment variables that name no
+// configuration key (Check), as an unknown key in the YAML file is
+// refused, naming the key each probably meant; it lets pass what is not
+// Ferry's setting: empty variables, Kubernetes service links and the test
+// harness's FERRY_TEST* variables. It never shows a variable's value.
+package envcheck
 
 import (
 	"fmt"
@@ -18,12 +23,12 @@ var k8sServiceLink = regexp.MustCompile(`^FERRY(_[A-Z0-9_]+)?_(SERVICE_HOST|SERV
 // (FERRY_TEST_KAFKA, ...), never configuration.
 const testEnvPrefix = "FERRY_TEST"
 
-// checkEnv refuses FERRY_* variables that name no configuration key, like an
+// Check refuses FERRY_* variables that name no configuration key, like an
 // unknown key in the YAML file: a misspelt FERRY_KAFKA_ACK=all would
 // otherwise be ignored without a word. Empty variables are ignored (as
 // viper ignores them), and so are Kubernetes service links and the test
 // harness's FERRY_TEST* variables. keys are the config keys (dotted).
-func checkEnv(environ []string, lookup func(string) (string, bool), keys []string) error {
+func Check(environ []string, lookup func(string) (string, bool), keys []string) error {
 	known := make(map[string]bool, len(keys))
 	for _, k := range keys {
 		known[envName(k)] = true

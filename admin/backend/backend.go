@@ -1,20 +1,37 @@
-package bridge
+// Package backend is the admin API's Backend (package admin) on one
+// instance: the HTTP side asks, this package answers for the whole
+// cluster, from any instance.
+//
+// The contract: reads come from what every instance holds already — the
+// live instances from the heartbeats (Fleet, fed by package instance), the
+// sessions and retained tables of the session engine (package session),
+// the topic map — and never show a payload or a password. What only the
+// instance holding a client's connection can do or see (describe it,
+// disconnect it) is asked of that instance through the Kafka topic
+// _ferry_admin (control.go), as a takeover goes through the sessions
+// topic: a request carries its deadline and is dropped when read later, a
+// reply reaches only the run that asked. Ending a session disconnects its
+// client first, at its owner, and waits for the disconnect to be written;
+// clearing a retained message writes its tombstone and clears this
+// instance's broker's copy before it answers (session.Engine). When Kafka refuses _ferry_admin, actions on other instances'
+// clients are off, and that is logged. The package does not import the
+// bridge: the bridge gives it the broker, the engine and the rest (Deps).
+package backend
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"runtime/debug"
+	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-bridge/ferry/admin"
-	"github.com/ferry-bridge/ferry/reverse"
 	"github.com/ferry-bridge/ferry/session"
 	"github.com/ferry-bridge/ferry/state"
 	"github.com/ferry-bridge/ferry/topicmap"
@@ -24,113 +41,102 @@ import (
 // session's end for its client's disconnect to be written.
 const adminWait = 5 * time.Second
 
-// adminBackend is the bridge's side of the admin API (admin.Backend):
-// reads from the state every instance holds, and actions through the
-// owning instance (control, adminTopic).
-type adminBackend struct {
-	b     *Bridge
-	fleet *liveInstances
-	ctl   *control
-	since *connectTimes
-	// consumed reports whether the reverse path consumes a Kafka topic.
+// Config is what the backend is configured with.
+type Config struct {
+	InstanceID    string // instance.id
+	SessionsTopic string // state.sessions_topic: clusters may share one Kafka
+	// ReplicationFactor is kafka.replication_factor, for _ferry_admin's
+	// creation.
+	ReplicationFactor int
+	Brokers           []string
+	// Started is when this instance started: _ferry_admin is read from a
+	// little before (instance.Lookback), as the heartbeats are.
+	Started time.Time
+}
+
+// Deps are what the backend runs with besides its configuration.
+type Deps struct {
+	Log *slog.Logger
+	// Server is this instance's broker: its clients are described and
+	// disconnected here, and a hook (added by Start) notes when each
+	// connected.
+	Server *mqtt.Server
+	// Engine holds the sessions and retained tables.
+	Engine *session.Engine
+	// Topics is the topic map (GET /api/v1/route), Headers the forward
+	// path's standard headers.
+	Topics  *topicmap.Map
+	Headers *topicmap.HeaderBuilder
+	// Fleet is the live instances, fed with the heartbeats.
+	Fleet *Fleet
+	// Client creates _ferry_admin (kafka-go); KafkaOpts are the options of
+	// the franz-go client that reads and writes it (TLS, SASL).
+	Client    *kafka.Client
+	KafkaOpts []kgo.Opt
+	// Consumed reports whether the reverse path consumes a Kafka topic
+	// (nil: there is no reverse path).
+	Consumed func(kafkaTopic string) bool
+}
+
+// Backend is one instance's side of the admin API (admin.Backend): reads
+// from the state every instance holds, and actions through the owning
+// instance (control, adminTopic).
+type Backend struct {
+	id       string
+	log      *slog.Logger
+	server   *mqtt.Server
+	engine   *session.Engine
+	topics   *topicmap.Map
+	headers  *topicmap.HeaderBuilder
+	fleet    *Fleet
+	ctl      *control
+	since    *connectTimes
 	consumed func(string) bool
 }
 
-// startAdmin builds the admin API when http.admin_token is configured:
-// the heartbeats feed its instance list, a mochi hook notes connection
-// times, and the control topic's reader starts. nil when it is off.
-func (b *Bridge) startAdmin() (http.Handler, error) {
-	if !b.cfg.HTTP.adminOn() {
-		return nil, nil
-	}
-	token, err := b.cfg.HTTP.adminToken()
+// New builds the backend; Start starts it.
+func New(cfg Config, d Deps) (*Backend, error) {
+	ctl, err := newControl(cfg, d)
 	if err != nil {
 		return nil, err
 	}
-	ctl, err := newControl(b.cfg, b.log, b.kclient, b.brokers, b.instance.start)
-	if err != nil {
-		return nil, err
+	a := &Backend{id: cfg.InstanceID, log: d.Log, server: d.Server, engine: d.Engine, topics: d.Topics,
+		headers: d.Headers, fleet: d.Fleet, ctl: ctl, since: &connectTimes{at: make(map[*mqtt.Client]time.Time)},
+		consumed: d.Consumed}
+	if a.consumed == nil {
+		a.consumed = func(string) bool { return false }
 	}
-	ab := &adminBackend{b: b, fleet: b.fleet, ctl: ctl,
-		since: &connectTimes{at: make(map[*mqtt.Client]time.Time)}, consumed: func(string) bool { return false }}
-	if len(b.cfg.Reverse.Topics) > 0 {
-		ab.consumed = reverse.TopicMatcher(b.cfg.Reverse.Topics)
-	}
-	ctl.handle = ab.handle
-	api, err := admin.New(ab, token, b.log, b.reg)
-	if err != nil {
-		return nil, err
-	}
-	if err := b.server.AddHook(ab.since, nil); err != nil {
-		return nil, fmt.Errorf("admin hook: %w", err)
-	}
-	b.admin = ab
-	go ctl.run()
-	return api, nil
+	ctl.handle = a.handle
+	return a, nil
 }
 
-// closeAdmin stops the control topic's reader.
-func (b *Bridge) closeAdmin() {
-	if b.admin != nil {
-		b.admin.ctl.close()
+// Start adds the hook that notes connection times to the broker and
+// starts the reader of _ferry_admin; Close stops it.
+func (a *Backend) Start() error {
+	if err := a.server.AddHook(a.since, nil); err != nil {
+		return fmt.Errorf("admin hook: %w", err)
 	}
+	go a.ctl.run()
+	return nil
 }
 
-// describeInstance completes this instance's heartbeat for the admin API.
-func (b *Bridge) describeInstance(hb *heartbeat) {
-	hb.HTTP, hb.MQTT, hb.Version = b.HTTPAddr(), b.mqttAddrs, buildVersion()
-	hb.Clients = int(b.metricsConnections())
-}
+// Close stops the reader of _ferry_admin and waits for it.
+func (a *Backend) Close() { a.ctl.close() }
 
-func (b *Bridge) metricsConnections() int64 {
-	if b.server == nil {
-		return 0
-	}
-	return atomic.LoadInt64(&b.server.Info.ClientsConnected)
-}
-
-// buildVersion is the binary's version: its VCS revision when built from
-// a checkout, else its module version.
-func buildVersion() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return ""
-	}
-	rev, dirty := "", false
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
-		}
-	}
-	if rev == "" {
-		return bi.Main.Version
-	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	if dirty {
-		rev += "-dirty"
-	}
-	return rev
-}
-
-func (a *adminBackend) Instances(context.Context) ([]admin.Instance, error) {
+func (a *Backend) Instances(context.Context) ([]admin.Instance, error) {
 	return a.fleet.live(), nil
 }
 
 // record is client's session record, read after the table's end.
-func (a *adminBackend) record(ctx context.Context, client string) (*state.Session, error) {
-	rec, err := a.b.stateEngine.Session(ctx, client)
+func (a *Backend) record(ctx context.Context, client string) (*state.Session, error) {
+	rec, err := a.engine.Session(ctx, client)
 	if err != nil {
 		return nil, fmt.Errorf("reading the sessions table: %w", err)
 	}
 	return rec, nil
 }
 
-func (a *adminBackend) Client(ctx context.Context, id string) (*admin.Client, error) {
+func (a *Backend) Client(ctx context.Context, id string) (*admin.Client, error) {
 	rec, err := a.record(ctx, id)
 	if err != nil {
 		return nil, err
@@ -145,7 +151,7 @@ func (a *adminBackend) Client(ctx context.Context, id string) (*admin.Client, er
 	}
 	c.Instance = rec.Owner
 	var live admin.Client
-	if rec.Owner == a.b.cfg.Instance.ID {
+	if rec.Owner == a.id {
 		live = a.describe(id)
 	} else {
 		wctx, cancel := context.WithTimeout(ctx, adminWait)
@@ -164,12 +170,12 @@ func (a *adminBackend) Client(ctx context.Context, id string) (*admin.Client, er
 }
 
 // describe is what this broker knows of its client id's connection.
-func (a *adminBackend) describe(id string) admin.Client {
-	cl, ok := a.b.server.Clients.Get(id)
+func (a *Backend) describe(id string) admin.Client {
+	cl, ok := a.server.Clients.Get(id)
 	if !ok || cl.Net.Inline || cl.Closed() {
 		return admin.Client{ClientID: id}
 	}
-	c := admin.Client{ClientID: id, Connected: true, Instance: a.b.cfg.Instance.ID, Username: string(cl.Properties.Username),
+	c := admin.Client{ClientID: id, Connected: true, Instance: a.id, Username: string(cl.Properties.Username),
 		Protocol: cl.Properties.ProtocolVersion, Remote: cl.Net.Remote, Listener: cl.Net.Listener,
 		Keepalive: cl.State.Keepalive, Inflight: cl.State.Inflight.Len(), CleanSession: cl.Properties.Clean,
 		Subscriptions: []admin.Subscription{}}
@@ -200,8 +206,8 @@ func msTime(ms int64) *time.Time {
 	return &t
 }
 
-func (a *adminBackend) SessionPage(q admin.Page, connected *bool) ([]admin.SessionItem, bool) {
-	page, more := a.b.stateEngine.SessionPage(q.Prefix, q.After, q.Limit, connected)
+func (a *Backend) SessionPage(q admin.Page, connected *bool) ([]admin.SessionItem, bool) {
+	page, more := a.engine.SessionPage(q.Prefix, q.After, q.Limit, connected)
 	out := make([]admin.SessionItem, len(page))
 	for i, s := range page {
 		out[i] = admin.SessionItem{ClientID: s.Client, Connected: s.Connected, Owner: s.Owner, ExpiresAt: msTime(s.ExpiresAt)}
@@ -209,7 +215,7 @@ func (a *adminBackend) SessionPage(q admin.Page, connected *bool) ([]admin.Sessi
 	return out, more
 }
 
-func (a *adminBackend) Session(ctx context.Context, id string) (*admin.Session, error) {
+func (a *Backend) Session(ctx context.Context, id string) (*admin.Session, error) {
 	rec, err := a.record(ctx, id)
 	if err != nil {
 		return nil, err
@@ -218,7 +224,7 @@ func (a *adminBackend) Session(ctx context.Context, id string) (*admin.Session, 
 		return nil, fmt.Errorf("%w: no session %q", admin.ErrNotFound, id)
 	}
 	s := &admin.Session{ClientID: id, Owner: rec.Owner, Connected: rec.Connected, DisconnectedAt: msTime(rec.Disconnected),
-		ExpiryInterval: rec.Expiry, ExpiresAt: msTime(a.b.stateEngine.SessionExpiresAt(rec)), Protocol: rec.ProtocolVersion,
+		ExpiryInterval: rec.Expiry, ExpiresAt: msTime(a.engine.SessionExpiresAt(rec)), Protocol: rec.ProtocolVersion,
 		Username: string(rec.Username), Subscriptions: adminSubs(rec.Subs), Partitions: []admin.Partition{}, Pending: len(rec.Pending)}
 	if len(rec.Positions) == 0 {
 		return s, nil
@@ -231,7 +237,7 @@ func (a *adminBackend) Session(ctx context.Context, id string) (*admin.Session, 
 			topics = append(topics, p.Topic)
 		}
 	}
-	ends, err := a.b.stateEngine.EndOffsets(ctx, topics)
+	ends, err := a.engine.EndOffsets(ctx, topics)
 	if err != nil {
 		return nil, err
 	}
@@ -247,8 +253,8 @@ func (a *adminBackend) Session(ctx context.Context, id string) (*admin.Session, 
 	return s, nil
 }
 
-func (a *adminBackend) RetainedPage(q admin.Page) ([]admin.RetainedItem, bool) {
-	page, more := a.b.stateEngine.RetainedPage(q.Prefix, q.After, q.Limit)
+func (a *Backend) RetainedPage(q admin.Page) ([]admin.RetainedItem, bool) {
+	page, more := a.engine.RetainedPage(q.Prefix, q.After, q.Limit)
 	out := make([]admin.RetainedItem, len(page))
 	now := time.Now()
 	for i, r := range page {
@@ -257,8 +263,8 @@ func (a *adminBackend) RetainedPage(q admin.Page) ([]admin.RetainedItem, bool) {
 	return out, more
 }
 
-func (a *adminBackend) Route(q admin.RouteQuery) (*admin.Route, error) {
-	tm := a.b.tm
+func (a *Backend) Route(q admin.RouteQuery) (*admin.Route, error) {
+	tm := a.topics
 	if q.KafkaTopic != "" {
 		rt := &admin.Route{KafkaTopic: q.KafkaTopic, Rule: topicmap.DefaultRule, Consumed: a.consumed(q.KafkaTopic)}
 		d, err := tm.Reverse(q.KafkaTopic, nil)
@@ -284,10 +290,10 @@ func (a *adminBackend) Route(q admin.RouteQuery) (*admin.Route, error) {
 	if q.QoS > 0 {
 		std.PacketID = 1
 	}
-	if a.b.hook.hdrs.Set().Has(topicmap.HeaderSeq) {
+	if a.headers.Set().Has(topicmap.HeaderSeq) {
 		std.Seq = 1
 	}
-	for _, h := range topicmap.AppendStandard(a.b.hook.hdrs, []topicmap.Header(nil), std) {
+	for _, h := range topicmap.AppendStandard(a.headers, []topicmap.Header(nil), std) {
 		rt.Headers = append(rt.Headers, admin.Header{Key: h.Key, Value: string(h.Value)})
 	}
 	for _, h := range r.Headers {
@@ -302,7 +308,7 @@ type actResult struct {
 }
 
 // handle acts on a request read from adminTopic for this instance.
-func (a *adminBackend) handle(op, client, by string) any {
+func (a *Backend) handle(op, client, by string) any {
 	switch op {
 	case "describe":
 		return a.describe(client)
@@ -316,21 +322,21 @@ func (a *adminBackend) handle(op, client, by string) any {
 // an MQTT 5 client with DISCONNECT 0x98 Administrative action; an MQTT
 // 3.1.1 client's connection is closed (3.1.1 has no DISCONNECT from the
 // server).
-func (a *adminBackend) disconnectHere(id, by string) bool {
-	cl, ok := a.b.server.Clients.Get(id)
+func (a *Backend) disconnectHere(id, by string) bool {
+	cl, ok := a.server.Clients.Get(id)
 	if !ok || cl.Net.Inline || cl.Closed() {
 		return false
 	}
-	a.b.log.Info("disconnecting a client: admin action", "client", id, "by", by)
+	a.log.Info("disconnecting a client: admin action", "client", id, "by", by)
 	if cl.Properties.ProtocolVersion < 5 {
 		cl.Stop(packets.ErrAdministrativeAction)
 		return true
 	}
-	_ = a.b.server.DisconnectClient(cl, packets.ErrAdministrativeAction)
+	_ = a.server.DisconnectClient(cl, packets.ErrAdministrativeAction)
 	return true
 }
 
-func (a *adminBackend) Disconnect(ctx context.Context, id, by string) (*admin.ActionResult, error) {
+func (a *Backend) Disconnect(ctx context.Context, id, by string) (*admin.ActionResult, error) {
 	rec, err := a.record(ctx, id)
 	if err != nil {
 		return nil, err
@@ -346,8 +352,8 @@ func (a *adminBackend) Disconnect(ctx context.Context, id, by string) (*admin.Ac
 }
 
 // disconnectAt has instance disconnect id (itself when it is this one).
-func (a *adminBackend) disconnectAt(ctx context.Context, instance, id, by string) (bool, error) {
-	if instance == a.b.cfg.Instance.ID {
+func (a *Backend) disconnectAt(ctx context.Context, instance, id, by string) (bool, error) {
+	if instance == a.id {
 		return a.disconnectHere(id, by), nil
 	}
 	wctx, cancel := context.WithTimeout(ctx, adminWait)
@@ -359,7 +365,7 @@ func (a *adminBackend) disconnectAt(ctx context.Context, instance, id, by string
 	return res.Done, nil
 }
 
-func (a *adminBackend) EndSession(ctx context.Context, id, by string) (*admin.ActionResult, error) {
+func (a *Backend) EndSession(ctx context.Context, id, by string) (*admin.ActionResult, error) {
 	rec, err := a.record(ctx, id)
 	if err != nil {
 		return nil, err
@@ -383,7 +389,7 @@ func (a *adminBackend) EndSession(ctx context.Context, id, by string) (*admin.Ac
 			return res, nil
 		}
 	}
-	if err := a.b.stateEngine.EndSession(ctx, id); err != nil {
+	if err := a.engine.EndSession(ctx, id); err != nil {
 		return nil, err
 	}
 	res.Done = true
@@ -392,7 +398,7 @@ func (a *adminBackend) EndSession(ctx context.Context, id, by string) (*admin.Ac
 
 // offline polls id's record until its client of epoch is written gone
 // (nil: the session ended), within adminWait.
-func (a *adminBackend) offline(ctx context.Context, id string, epoch int64) (*state.Session, error) {
+func (a *Backend) offline(ctx context.Context, id string, epoch int64) (*state.Session, error) {
 	deadline := time.Now().Add(adminWait)
 	for {
 		rec, err := a.record(ctx, id)
@@ -416,15 +422,15 @@ func (a *adminBackend) offline(ctx context.Context, id string, epoch int64) (*st
 	}
 }
 
-func (a *adminBackend) ClearRetained(ctx context.Context, topic, by string) (*admin.ActionResult, error) {
-	ok, err := a.b.stateEngine.ClearRetained(ctx, topic)
+func (a *Backend) ClearRetained(ctx context.Context, topic, by string) (*admin.ActionResult, error) {
+	ok, err := a.engine.ClearRetained(ctx, topic)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
 		return nil, fmt.Errorf("%w: no retained message on %q", admin.ErrNotFound, topic)
 	}
-	return &admin.ActionResult{Action: "clear_retained", Target: topic, Done: true, Instance: a.b.cfg.Instance.ID}, nil
+	return &admin.ActionResult{Action: "clear_retained", Target: topic, Done: true, Instance: a.id}, nil
 }
 
 // connectTimes notes when each connection of this broker was established
