@@ -552,8 +552,10 @@ func (x *TopicsIndex) scanMessages(filter string, d int, n *particle, pks []pack
 		// Ferry: "#" matches the parent level too [MQTT-4.7.1-2]: "sport/tennis/#" the
 		// retained message of "sport/tennis" (d is the "#"'s own level here, not one of the
 		// deeper ones the scan below recurses into with the same key).
-		if pk, ok := x.Retained.Get(n.retainPath); ok && n.retainPath != "" {
-			pks = append(pks, pk)
+		if path := n.retained(); path != "" {
+			if pk, ok := x.Retained.Get(path); ok {
+				pks = append(pks, pk)
+			}
 		}
 	}
 	if key == "+" || key == "#" || d == -1 {
@@ -563,8 +565,8 @@ func (x *TopicsIndex) scanMessages(filter string, d int, n *particle, pks []pack
 			}
 
 			if !hasNext {
-				if adjacent.retainPath != "" {
-					if pk, ok := x.Retained.Get(adjacent.retainPath); ok {
+				if path := adjacent.retained(); path != "" {
+					if pk, ok := x.Retained.Get(path); ok {
 						pks = append(pks, pk)
 					}
 				}
@@ -582,7 +584,7 @@ func (x *TopicsIndex) scanMessages(filter string, d int, n *particle, pks []pack
 			return x.scanMessages(filter, d+1, particle, pks)
 		}
 
-		if pk, ok := x.Retained.Get(particle.retainPath); ok {
+		if pk, ok := x.Retained.Get(particle.retained()); ok {
 			pks = append(pks, pk)
 		}
 	}
@@ -794,6 +796,15 @@ type particle struct {
 	inlineSubscriptions *InlineSubscriptions // a map of inline subscriptions for this particle
 	retainPath          string               // path of a retained message
 	sync.Mutex                               // mutex for when making changes to the particle
+}
+
+// retained is the particle's retainPath, read under its lock (Ferry:
+// RetainMessage writes it under the lock while a SUBSCRIBE's scan for
+// retained messages reads it: a data race).
+func (p *particle) retained() string {
+	p.Lock()
+	defer p.Unlock()
+	return p.retainPath
 }
 
 // newParticle returns a pointer to a new instance of particle.
