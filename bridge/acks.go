@@ -248,6 +248,9 @@ func (q *ackQueue) write(batch []*pending, viaMochi bool) {
 	}
 	for _, p := range batch {
 		if p.err == nil && p.deliver {
+			if p.floor {
+				q.h.ensureRead(p.coord.Topic, p.topic)
+			}
 			q.h.deliverLocal(q.cl, p.packet(), p.coord)
 		}
 		if p.floor {

@@ -55,6 +55,7 @@ type Bridge struct {
 	kclient     *kafka.Client
 	producer    *producer.Producer
 	reverse     *reverse.Consumer
+	demand      *demander // reading on demand (demand.go); nil when off
 	order       *reverse.InflightOrder
 	stateEngine *session.Engine // sessions and retained messages in Kafka
 	embedded    *embeddedKafka
@@ -308,17 +309,34 @@ func (b *Bridge) start(ctx context.Context) error {
 		b.producer.Run(hard)
 	}()
 
+	b.reverseCtx, b.reverseCancel = context.WithCancel(context.Background())
 	if len(b.cfg.Reverse.Topics) > 0 {
 		if err := b.startReverse(brokers); err != nil {
 			return fmt.Errorf("reverse path: %w", err)
 		}
-		b.reverseCtx, b.reverseCancel = context.WithCancel(context.Background())
 		b.workers.Add(1)
 		go func() {
 			defer b.workers.Done()
 			if err := b.reverse.Run(b.reverseCtx); err != nil {
 				b.log.Error("reverse path stopped", "err", err)
 			}
+		}()
+	}
+	if b.cfg.Reverse.OnDemand {
+		if err := b.startDemand(brokers); err != nil {
+			return fmt.Errorf("reading on demand: %w", err)
+		}
+		b.hook.demand.Store(b.demand)
+		b.workers.Add(2)
+		go func() {
+			defer b.workers.Done()
+			if err := b.demand.consumer.Run(b.reverseCtx); err != nil {
+				b.log.Error("reading on demand stopped", "err", err)
+			}
+		}()
+		go func() {
+			defer b.workers.Done()
+			b.demand.run(b.reverseCtx)
 		}()
 	}
 
@@ -496,9 +514,15 @@ func (b *Bridge) shutdown() error {
 		}
 		b.closeAdmin()
 		b.closeState() // after the broker: its last session writes
-		if b.reverse != nil {
-			if err := b.reverse.Close(); err != nil {
-				errs = append(errs, fmt.Errorf("reverse close: %w", err))
+		rs := []*reverse.Consumer{b.reverse}
+		if b.demand != nil {
+			rs = append(rs, b.demand.consumer)
+		}
+		for _, r := range rs {
+			if r != nil {
+				if err := r.Close(); err != nil {
+					errs = append(errs, fmt.Errorf("reverse close: %w", err))
+				}
 			}
 		}
 		if b.kclient != nil {

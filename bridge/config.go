@@ -299,6 +299,11 @@ type ReverseConfig struct {
 	Refresh time.Duration `mapstructure:"refresh" yaml:"refresh"`
 	// SkipOwn skips records this instance produced (loop prevention). Default: true.
 	SkipOwn bool `mapstructure:"skip_own" yaml:"skip_own"`
+	// OnDemand reads, besides Topics, the Kafka topics that the live
+	// subscriptions of this instance's clients can draw from (names that
+	// map back to a matching MQTT topic), while they can: a subscriber on
+	// one instance receives what is published on another. Default: true.
+	OnDemand bool `mapstructure:"on_demand" yaml:"on_demand"`
 }
 
 // StorageConfig is kept only to refuse storage.dir with a clear error:
@@ -423,7 +428,7 @@ func DefaultConfig() Config {
 		},
 		Ring:    RingConfig{Capacity: 1 << 16, QoS0Policy: "drop-newest"},
 		Topics:  topicmap.DefaultConfig(),
-		Reverse: ReverseConfig{StartOffset: "latest", Refresh: reverse.DefaultRefresh, SkipOwn: true},
+		Reverse: ReverseConfig{StartOffset: "latest", Refresh: reverse.DefaultRefresh, SkipOwn: true, OnDemand: true},
 		State: StateConfig{SessionsTopic: "_ferry_sessions", RetainedTopic: "_ferry_retained", Partitions: 8,
 			HeartbeatInterval: instanceHeartbeat, InstanceLapse: 10 * time.Second, ConnectTimeout: 15 * time.Second},
 		HTTP: HTTPConfig{Listen: "127.0.0.1:8080"},

@@ -63,6 +63,9 @@ type hook struct {
 	// progress, when the reverse path and sessions run, holds persistent
 	// sessions' positions at own records waiting for their local delivery.
 	progress *session.ReverseProgress
+	// demand, once reading on demand runs, is asked to read a topic before
+	// this instance delivers its own record there (ensureRead).
+	demand atomic.Pointer[demander]
 }
 
 // markSubscribed tells cl's acknowledgement queue that mochi writes
@@ -469,9 +472,18 @@ func (h *hook) publishQoS2(cl *mqtt.Client, pk *packets.Packet, rec *producer.Re
 			h.progress.LocalDelivered(*held)
 		}
 	case held != nil:
+		h.ensureRead(held.Topic, pk.TopicName)
 		q.qos2Floor.Store(held)
 	}
 	return ok
+}
+
+// ensureRead makes reading on demand read Kafka topic k before this
+// instance delivers there its own record of MQTT topic m (demander.ensure).
+func (h *hook) ensureRead(k, m string) {
+	if d := h.demand.Load(); d != nil {
+		d.ensure(context.Background(), k, m)
+	}
 }
 
 // releaseQoS2Floor ends the hold of cl's QoS 2 publish on the reverse

@@ -39,6 +39,10 @@ type metrics struct {
 	reversePublished     prometheus.Counter
 	reverseSkipped       *prometheus.CounterVec
 	reverseLag           *prometheus.GaugeVec
+	demandConsumed       prometheus.Counter
+	demandPublished      prometheus.Counter
+	demandSkipped        *prometheus.CounterVec
+	demandLag            *prometheus.GaugeVec
 	subscriberDrops      prometheus.Counter
 	reservedPropsDropped prometheus.Counter
 	producerHeld         prometheus.Gauge
@@ -76,6 +80,14 @@ func newMetrics(reg prometheus.Registerer, ringLen, ringCap func() float64) (*me
 			Help: "Kafka records not published to MQTT, by reason (" + reasons(reverseSkipReasons) + ")."}, []string{"reason"}),
 		reverseLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ferry_reverse_consumer_lag",
 			Help: "Reverse consumer lag in records, per topic and partition."}, []string{"topic", "partition"}),
+		demandConsumed: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_demand_records_consumed_total",
+			Help: "Kafka records read on demand (reverse.on_demand) for this instance's live subscriptions, this instance's own skipped among them."}),
+		demandPublished: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_demand_published_total",
+			Help: "Kafka records read on demand and published to MQTT."}),
+		demandSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ferry_demand_skipped_total",
+			Help: "Kafka records read on demand and not published to MQTT, by reason (" + reasons(reverseSkipReasons) + "; own_origin: this instance's own, delivered here by the forward path)."}, []string{"reason"}),
+		demandLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ferry_demand_consumer_lag",
+			Help: "Lag in records of the topics read on demand, per topic and partition."}, []string{"topic", "partition"}),
 		subscriberDrops: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_mqtt_subscriber_drops_total",
 			Help: "Messages dropped for a subscriber: its outbound queue (mqtt.client_writes_pending) or its in-flight store (8,192 QoS 1/2 messages, also for an offline session) was full."}),
 		reservedPropsDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "ferry_reserved_properties_dropped_total",
@@ -88,6 +100,7 @@ func newMetrics(reg prometheus.Registerer, ringLen, ringCap func() float64) (*me
 	cs := []prometheus.Collector{m.connections, m.publishesByQoS, m.recordsProduced, m.produceErrors,
 		m.drops, m.nacks, m.topicsCreated, m.batchSize, m.produceLatency, m.publishToAck,
 		m.reverseConsumed, m.reversePublished, m.reverseSkipped, m.reverseLag, m.subscriberDrops, m.reservedPropsDropped,
+		m.demandConsumed, m.demandPublished, m.demandSkipped, m.demandLag,
 		m.producerHeld, m.producerTopics,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_ring_depth", Help: "Messages in the ring now."}, ringLen),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_ring_capacity", Help: "Ring capacity."}, ringCap),
@@ -98,7 +111,7 @@ func newMetrics(reg prometheus.Registerer, ringLen, ringCap func() float64) (*me
 	for _, vr := range []struct {
 		vec    *prometheus.CounterVec
 		values []string
-	}{{m.nacks, nackReasons}, {m.drops, dropReasons}, {m.reverseSkipped, reverseSkipReasons}} {
+	}{{m.nacks, nackReasons}, {m.drops, dropReasons}, {m.reverseSkipped, reverseSkipReasons}, {m.demandSkipped, reverseSkipReasons}} {
 		for _, v := range vr.values {
 			vr.vec.WithLabelValues(v) // a series at 0 from the start
 		}
@@ -124,6 +137,12 @@ func (m *metrics) producer() producer.Metrics {
 		Held:            m.producerHeld,
 		Topics:          m.producerTopics,
 	}
+}
+
+// demandMetrics is the demand consumer's share of the series (demand.go).
+func (m *metrics) demandMetrics() reverse.Metrics {
+	return reverse.Metrics{Consumed: m.demandConsumed, Published: m.demandPublished,
+		Skipped: m.demandSkipped, Lag: m.demandLag}
 }
 
 // reverseMetrics is the reverse consumer's share of the series.

@@ -363,12 +363,17 @@ var documentedMetrics = []string{
 	"ferry_reverse_published_total",
 	"ferry_reverse_skipped_total",
 	"ferry_reverse_consumer_lag",
+	"ferry_demand_records_consumed_total",
+	"ferry_demand_published_total",
+	"ferry_demand_skipped_total",
+	"ferry_demand_consumer_lag",
 }
 
 // labelledOnly are vectors that have no series until a first event (their
 // label values are not known in advance).
 var labelledOnly = map[string]bool{
 	"ferry_reverse_consumer_lag": true,
+	"ferry_demand_consumer_lag":  true,
 }
 
 // TestMetricsDocumented: the README's metrics list is exactly the set the
@@ -385,6 +390,7 @@ func TestMetricsDocumented(t *testing.T) {
 	m.drops.WithLabelValues("x").Inc()
 	m.reverseSkipped.WithLabelValues("x").Inc()
 	m.reverseLag.WithLabelValues("t", "0").Set(1)
+	m.demandLag.WithLabelValues("t", "0").Set(1)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

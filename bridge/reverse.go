@@ -29,22 +29,37 @@ func (c Config) reverseConfig(brokers []string) reverse.Config {
 func reverseGroupID(cfg Config) string { return cfg.reverseConfig(nil).Group() }
 
 // startReverse builds the reverse consumer (reverse.topics is set).
-func (b *Bridge) startReverse(brokers []string) error {
-	inline, ok := b.server.Clients.Get(mqtt.InlineClientId)
-	if !ok {
-		return errors.New("mqtt inline client is not enabled")
+func (b *Bridge) startReverse(brokers []string) (err error) {
+	b.reverse, err = b.newReverse(b.cfg.reverseConfig(brokers), b.metrics.reverseMetrics(), nil)
+	return err
+}
+
+// newReverse builds a reverse consumer of cfg on the reverse path's sink
+// (the reverse topics' group consumer, or reading on demand).
+func (b *Bridge) newReverse(cfg reverse.Config, m reverse.Metrics, demanded func(string, bool)) (*reverse.Consumer, error) {
+	sink, err := b.reverseSink()
+	if err != nil {
+		return nil, err
 	}
 	sec, err := kgoSecurityOpts(b.cfg.Kafka)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	return reverse.New(cfg, reverse.Deps{Log: b.log, Server: b.server, Topics: b.tm, Order: b.order,
+		Sink: sink, Metrics: m, KafkaOpts: sec, Demanded: demanded})
+}
+
+// reverseSink is the Sink of a reverse consumer: the broker's inline
+// client, the retained table and the session engine's progress.
+func (b *Bridge) reverseSink() (*reverseSink, error) {
+	inline, ok := b.server.Clients.Get(mqtt.InlineClientId)
+	if !ok {
+		return nil, errors.New("mqtt inline client is not enabled")
 	}
 	log := b.log.With("component", "reverse")
-	sink := &reverseSink{server: b.server, inline: inline, metrics: b.metrics,
+	return &reverseSink{server: b.server, inline: inline, metrics: b.metrics,
 		logs:     newRateLimiter(log, 10*time.Second),
-		retained: b.stateEngine.Retained(), inj: b.stateEngine.Injections(), progress: b.stateEngine.ReverseProgress()}
-	b.reverse, err = reverse.New(b.cfg.reverseConfig(brokers), reverse.Deps{Log: b.log, Server: b.server,
-		Topics: b.tm, Order: b.order, Sink: sink, Metrics: b.metrics.reverseMetrics(), KafkaOpts: sec})
-	return err
+		retained: b.stateEngine.Retained(), inj: b.stateEngine.Injections(), progress: b.stateEngine.ReverseProgress()}, nil
 }
 
 // reverseSink publishes the reverse consumer's deliveries (reverse.Sink)

@@ -47,6 +47,7 @@ func (b *Bridge) openState(ctx context.Context, brokers []string) error {
 	if len(b.cfg.Reverse.Topics) > 0 {
 		d.IsReverse = reverse.TopicMatcher(b.cfg.Reverse.Topics)
 	}
+	d.OnDemand = b.cfg.Reverse.OnDemand
 	b.stateEngine, err = session.Open(cfg, d)
 	if err != nil {
 		return err

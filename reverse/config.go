@@ -49,6 +49,9 @@ type Config struct {
 	// ShutdownTimeout is shutdown_timeout: half of it (at most 5s) bounds
 	// the final commit.
 	ShutdownTimeout time.Duration
+	// Demand makes a demand consumer (demand.go): no group, no commits,
+	// Topics and GroupID unused; it reads what Want says.
+	Demand bool
 	// Hold, when set (tests only), makes Run wait for the channel to close
 	// before it consumes anything.
 	Hold <-chan struct{}
@@ -155,4 +158,8 @@ type Deps struct {
 	// KafkaOpts are options the consumer's Kafka client gets besides its
 	// own (TLS, SASL).
 	KafkaOpts []kgo.Opt
+	// Demanded, if not nil, hears that a demand consumer started (true,
+	// after the Sink's Handled of each partition's start) or stopped
+	// reading a topic.
+	Demanded func(topic string, reading bool)
 }

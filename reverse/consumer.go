@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -22,8 +23,9 @@ import (
 // client). The package doc states its contract.
 //
 // Mapping: topicmap.Reverse (header mqtt.topic, then reverse rules, then the
-// default DecodeTopic). Delivery QoS is the rule's (default 1, so that each
-// subscriber's own subscription QoS decides), lowered by an mqtt.qos header;
+// default DecodeTopic). Delivery QoS is the rule's, lowered by an mqtt.qos
+// header; without a rule's, the header's, else 1 (so that each subscriber's
+// own subscription QoS decides): topicmap.Delivery.RecordQoS;
 // retain is set when the rule or the mqtt.retain header says so. Only the
 // first occurrence of each reserved header (mqtt.*, ferry.*) is read
 // (topicmap.ParseStandard): a record carrying two cannot be misread. Other
@@ -57,6 +59,11 @@ type Consumer struct {
 
 	hdrs  []topicmap.Header // scratch, reverse goroutine only
 	props []topicmap.UserProperty
+
+	// A demand consumer's topics (demand.go): the partitions it reads.
+	wantMu   sync.Mutex
+	reading  map[string][]int32
+	demanded func(topic string, reading bool)
 }
 
 // reverseSlowWait bounds how long one delivery waits for one slow subscriber.
@@ -72,9 +79,13 @@ func New(cfg Config, d Deps) (*Consumer, error) {
 	log := d.Log.With("component", "reverse")
 	r := &Consumer{
 		cfg: cfg, log: log, tm: d.Topics, metrics: d.Metrics,
-		logs:  ratelimit.New(log, 10*time.Second),
-		order: d.Order,
-		sink:  d.Sink,
+		logs:    ratelimit.New(log, 10*time.Second),
+		order:   d.Order,
+		sink:    d.Sink,
+		reading: map[string][]int32{}, demanded: d.Demanded,
+	}
+	if r.demanded == nil {
+		r.demanded = func(string, bool) {}
 	}
 	// kgo may call back (the start offsets, once it joined the group)
 	// before NewClient has returned: those wait for the client.
@@ -84,6 +95,9 @@ func New(cfg Config, d Deps) (*Consumer, error) {
 	opts = append(opts, d.KafkaOpts...)
 	limit := min(cfg.ClientWritesPending, int(d.Server.Options.Capabilities.MaximumInflight)) / 2
 	r.pace = newPacer(d.Server, log, limit, reverseSlowWait)
+	if cfg.Demand {
+		r.pace.id = "ferry-demand-pacer"
+	}
 	if err := d.Server.AddHook(r.pace, nil); err != nil {
 		return nil, fmt.Errorf("reverse pacer hook: %w", err)
 	}
@@ -92,7 +106,9 @@ func New(cfg Config, d Deps) (*Consumer, error) {
 		return nil, fmt.Errorf("reverse consumer: %w", err)
 	}
 	r.client = cl
-	r.commits = newCommitter(r.client, d.Order, log)
+	if !cfg.Demand {
+		r.commits = newCommitter(r.client, d.Order, log)
+	}
 	close(created)
 	return r, nil
 }
@@ -120,13 +136,19 @@ func (r *Consumer) Run(ctx context.Context) error {
 			return nil
 		}
 	}
-	r.log.Info("reverse path consuming", "topics", r.cfg.Topics, "group", r.cfg.Group(),
-		"start_offset", r.cfg.StartOffset)
+	if r.cfg.Demand {
+		r.log.Info("reading on demand the topics live subscriptions draw from")
+	} else {
+		r.log.Info("reverse path consuming", "topics", r.cfg.Topics, "group", r.cfg.Group(),
+			"start_offset", r.cfg.StartOffset)
+	}
 	cctx, stopCommitter := context.WithCancel(context.Background())
 	committerDone := make(chan struct{})
 	go func() {
 		defer close(committerDone)
-		r.commits.run(cctx)
+		if r.commits != nil {
+			r.commits.run(cctx)
+		}
 	}()
 	resubscribed := map[string]time.Time{}
 	for ctx.Err() == nil {
@@ -163,6 +185,9 @@ func (r *Consumer) Run(ctx context.Context) error {
 	}
 	stopCommitter()
 	<-committerDone
+	if r.commits == nil {
+		return nil
+	}
 	return r.commit()
 }
 
@@ -183,7 +208,9 @@ func (r *Consumer) partition(ctx context.Context) func(kgo.FetchTopicPartition) 
 		if last == nil {
 			return
 		}
-		r.commits.handled(last)
+		if r.commits != nil {
+			r.commits.handled(last)
+		}
 		r.sink.Handled(p.Topic, p.Partition, last.Offset+1)
 		lag := max(p.HighWatermark-last.Offset-1, 0)
 		r.metrics.Lag.WithLabelValues(p.Topic, strconv.Itoa(int(p.Partition))).Set(float64(lag))
@@ -219,10 +246,7 @@ func (r *Consumer) handle(ctx context.Context, rec *kgo.Record) bool {
 			"partition", rec.Partition, "offset", rec.Offset, "err", err)
 		return true
 	}
-	qos := d.QoS
-	if std.HasQoS {
-		qos = min(qos, std.QoS)
-	}
+	qos := d.RecordQoS(std)
 	r.props, _ = topicmap.HeadersToUserProps(r.props[:0], r.hdrs)
 	pk := packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos, Retain: d.Retain || std.HasRetain && std.Retain},
@@ -291,6 +315,17 @@ const (
 func (r *Consumer) resubscribe(topics []string) {
 	r.log.Warn("reverse topic deleted and re-created (or deleted): consuming it again from its first record",
 		"topics", topics)
+	if r.cfg.Demand {
+		// Read again from the first record at the next Want (the topic
+		// is new: all of it is newer than its subscriptions).
+		r.wantMu.Lock()
+		for _, t := range topics {
+			delete(r.reading, t)
+		}
+		r.wantMu.Unlock()
+		r.client.PurgeTopicsFromConsuming(topics...)
+		return
+	}
 	r.commits.forget(topics)
 	r.client.PurgeTopicsFromConsuming(topics...)
 	if !anyRegexTopic(r.cfg.Topics) {

@@ -19,7 +19,8 @@
 // # What it delivers
 //
 // Each record maps to an MQTT topic with topicmap.Reverse; QoS is the
-// rule's (default 1), lowered by an mqtt.qos header; retain by the rule or
+// rule's, lowered by an mqtt.qos header, or without a rule's the header's
+// (default 1: topicmap.Delivery.RecordQoS); retain by the rule or
 // mqtt.retain; other headers become user properties. Only the first of
 // each reserved header is read. Records with no MQTT topic, an excluded
 // one, or larger than mqtt.max_packet_size are skipped, counted

@@ -101,6 +101,22 @@ func (r *Consumer) kgoOpts(log *slog.Logger, startAt time.Time, commitSafe func(
 	if refresh <= 0 {
 		refresh = DefaultRefresh
 	}
+	if cfg.Demand {
+		// A direct consumer of the partitions Want adds, each at the offset
+		// it says; the reset offset serves a partition whose offset went
+		// out of range (retention): its first record.
+		return []kgo.Opt{
+			kgo.SeedBrokers(cfg.Brokers...),
+			kgo.ClientID("ferry-" + cfg.InstanceID + "-demand"),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+			kgo.MetadataMaxAge(refresh),
+			kgo.MetadataMinAge(min(refresh, time.Second)),
+			kgo.FetchMaxWait(reverseFetchMaxWait),
+			kgo.KeepControlRecords(),
+			kgo.FetchIsolationLevel(isolation(cfg.ReadUncommitted)),
+			kgo.WithLogger(kafkaclient.KgoLogger{Logger: log.With("component", "demand-kafka")}),
+		}
+	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID("ferry-" + cfg.InstanceID),

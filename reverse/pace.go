@@ -30,6 +30,7 @@ import (
 // the reverse path counts what mochi refuses beyond it (Consumer.handle).
 type pacer struct {
 	mqtt.HookBase
+	id      string // the hook's ID
 	server  *mqtt.Server
 	log     *slog.Logger
 	limit   int
@@ -42,11 +43,11 @@ type pacer struct {
 }
 
 func newPacer(server *mqtt.Server, log *slog.Logger, limit int, maxWait time.Duration) *pacer {
-	return &pacer{server: server, log: log, limit: max(limit, 1), maxWait: maxWait,
+	return &pacer{id: "ferry-reverse-pacer", server: server, log: log, limit: max(limit, 1), maxWait: maxWait,
 		wake: make(chan struct{}, 1), slow: make(map[string]struct{})}
 }
 
-func (p *pacer) ID() string { return "ferry-reverse-pacer" }
+func (p *pacer) ID() string { return p.id }
 
 func (p *pacer) Provides(b byte) bool {
 	return bytes.Contains([]byte{mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.OnDisconnect}, []byte{b})

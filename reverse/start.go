@@ -47,28 +47,49 @@ func startOffsets(group string, startAt time.Time, client func() *kgo.Client, lo
 		for t := range need {
 			topics = append(topics, t)
 		}
-		ends, err := adm.ListEndOffsets(ctx, topics...) // first: see above
-		var after kadm.ListedOffsets
-		if err == nil {
-			after, err = adm.ListOffsetsAfterMilli(ctx, startAt.UnixMilli(), topics...)
-		}
+		starts, err := firstAfter(ctx, adm, startAt, topics)
 		if err != nil {
 			log.Warn("listing start offsets failed: kgo's reset applies", "topics", topics, "err", err)
 			return offs, nil
 		}
 		for t, ps := range need {
 			for _, p := range ps {
-				e, ok := ends.Lookup(t, p)
-				if !ok || e.Err != nil || e.Offset < 0 {
-					continue
+				if at, ok := starts[t][p]; ok {
+					offs[t][p] = kgo.NewOffset().At(at)
 				}
-				at := e.Offset
-				if a, ok := after.Lookup(t, p); ok && a.Err == nil && a.Offset >= 0 && a.Offset < at {
-					at = a.Offset
-				}
-				offs[t][p] = kgo.NewOffset().At(at)
 			}
 		}
 		return offs, nil
 	}
+}
+
+// firstAfter lists, for every partition of topics, the offset of its first
+// record newer than t: the end offset E first, then the offset by time T,
+// and the start is min(T, E) (see startOffsets: a record appended between
+// the two listings is not skipped). Partitions whose listing failed are
+// left out.
+func firstAfter(ctx context.Context, adm *kadm.Client, t time.Time, topics []string) (map[string]map[int32]int64, error) {
+	ends, err := adm.ListEndOffsets(ctx, topics...) // first: see above
+	if err != nil {
+		return nil, err
+	}
+	after, err := adm.ListOffsetsAfterMilli(ctx, t.UnixMilli(), topics...)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]map[int32]int64{}
+	ends.Each(func(e kadm.ListedOffset) {
+		if e.Err != nil || e.Offset < 0 {
+			return
+		}
+		at := e.Offset
+		if a, ok := after.Lookup(e.Topic, e.Partition); ok && a.Err == nil && a.Offset >= 0 && a.Offset < at {
+			at = a.Offset
+		}
+		if out[e.Topic] == nil {
+			out[e.Topic] = map[int32]int64{}
+		}
+		out[e.Topic][e.Partition] = at
+	})
+	return out, nil
 }

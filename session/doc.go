@@ -34,6 +34,16 @@
 // there was handed out while the session was live, read by its replay, or
 // is older than its subscriptions.
 //
+// With reading on demand (Deps.OnDemand) every partition is such a
+// partition: the caller reads the topics its live subscriptions draw from
+// (DemandTopics; ReverseProgress.Demand tells which, after handing out
+// where each starts), and starts reading a topic before it delivers its
+// own first record there; this instance's own records delivered here count
+// as handed out. A position in a partition nothing was handed out of yet
+// is not known: it is not written, and a resume reads that partition from
+// the subscription's time. A dropped delivery (full outbound queue, the
+// in-flight cap, a message expiry) keeps the position at it too (missed).
+//
 // # What is durable when
 //
 // Each write is acknowledged by Kafka (acks=all) before the packet that

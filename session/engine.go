@@ -133,6 +133,10 @@ type Deps struct {
 	// IsReverse reports whether the reverse path consumes a Kafka topic
 	// (reverse.topics); nil: there is no reverse path.
 	IsReverse func(kafkaTopic string) bool
+	// OnDemand: the caller reads on demand the topics its live
+	// subscriptions can draw from (reverse.on_demand), and reports which
+	// through ReverseProgress.Demand.
+	OnDemand bool
 	// MayRead is the ACL's read check (nil: everyone may read everything).
 	MayRead ReadCheck
 	// MayWrite is the ACL's publish check (nil: everyone may publish
@@ -157,9 +161,11 @@ type Engine struct {
 	wills    *willKeeper
 	sessions *state.Table
 	admins   []*kgo.Client
-	stop     chan struct{}
-	done     chan struct{} // checkpoints and the horizon ended
-	wdone    chan struct{} // the Wills ended
+	// demandTopics lists the topics for DemandTopics.
+	demandTopics *topicLister
+	stop         chan struct{}
+	done         chan struct{} // checkpoints and the horizon ended
+	wdone        chan struct{} // the Wills ended
 }
 
 // Open opens the Kafka-backed broker state (package state): the retained
@@ -202,11 +208,12 @@ func Open(cfg Config, d Deps) (*Engine, error) {
 	}
 	hook.deliverer = d.Deliverer
 	isReverse := d.IsReverse
-	if isReverse != nil {
-		hook.reverse = newReverseProgress(isReverse)
-	} else {
+	if isReverse == nil {
 		isReverse = func(string) bool { return false }
 	}
+	// Always: topics read on demand (ReverseProgress.Demand) are consumed
+	// too.
+	hook.reverse = newReverseProgress(isReverse, d.OnDemand)
 	// One client lists the cluster's topics and the offsets and fetches
 	// the records of every replay (reads.go), and watches the horizon.
 	admin, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}, d.KafkaOpts...)...)
@@ -222,6 +229,11 @@ func Open(cfg Config, d Deps) (*Engine, error) {
 		return e, fmt.Errorf("topic listing client: %w", err)
 	}
 	e.admins = append(e.admins, admin, lister)
+	// Reading on demand lists the topics on its own (every demandEvery):
+	// the replays' last passes wait for a listing of theirs, never behind
+	// one of these.
+	e.demandTopics = newTopicLister(lister)
+	e.demandTopics.maxAge = demandListAge
 	adm := kadm.NewClient(admin)
 	e.stop = make(chan struct{})
 	slots := MaxReplays
@@ -259,7 +271,7 @@ func Open(cfg Config, d Deps) (*Engine, error) {
 	e.hook = hook
 	e.done = make(chan struct{})
 	var horizon *horizonWatch
-	if hook.reverse != nil {
+	if d.IsReverse != nil {
 		horizon = &horizonWatch{progress: hook.reverse, admin: adm, listEnds: hook.replays.reads.listEnds, topics: hook.replays.topics,
 			log: d.Log.With("component", "replay"), group: cfg.ReverseGroup}
 	}
@@ -322,9 +334,9 @@ func (e *Engine) Hook() mqtt.Hook { return e.hook }
 // their Kafka coordinates (Injections.Begin).
 func (e *Engine) Injections() *Injections { return e.hook.inj }
 
-// ReverseProgress is where the reverse path reports what it handed out,
-// and the forward path its own records awaiting local delivery; nil
-// without a reverse path (Deps.IsReverse).
+// ReverseProgress is where the reverse path (reverse.topics, and the
+// topics read on demand) reports what it handed out, and the forward path
+// its own records awaiting local delivery.
 func (e *Engine) ReverseProgress() *ReverseProgress { return e.hook.reverse }
 
 // Retained is the retained table, for the caller's retained publishes.

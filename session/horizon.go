@@ -56,7 +56,7 @@ func (w *horizonWatch) check(ctx context.Context) error {
 	}
 	var consumed []string
 	for _, n := range names {
-		if !topicmap.IsFerryTopic(n) && !topicmap.IsInternalKafkaTopic(n) && w.progress.consumes(n) {
+		if !topicmap.IsFerryTopic(n) && !topicmap.IsInternalKafkaTopic(n) && w.progress.static(n) {
 			consumed = append(consumed, n)
 		}
 	}

@@ -11,7 +11,7 @@ import (
 // delivery, or never handed out in this run (unless its committed offset
 // says it is at its end), holds it back.
 func TestReverseHorizon(t *testing.T) {
-	rp := newReverseProgress(func(topic string) bool { return topic == "rev" })
+	rp := newReverseProgress(func(topic string) bool { return topic == "rev" }, false)
 	r0, r1, r2 := tp{"rev", 0}, tp{"rev", 1}, tp{"rev", 2}
 	t1 := time.UnixMilli(1_000_000)
 	want := func(at time.Time) int64 { return at.Add(-HorizonSlack).UnixMilli() }
@@ -65,7 +65,7 @@ func TestReverseHorizon(t *testing.T) {
 // partitions that replay only read are left out of the positions then
 // (the horizon covers them), not while it reads.
 func TestSessionHorizon(t *testing.T) {
-	rp := newReverseProgress(func(topic string) bool { return topic == "rev" })
+	rp := newReverseProgress(func(topic string) bool { return topic == "rev" }, false)
 	r0 := tp{"rev", 0}
 	p := newSessionPositions(nil, nil, 0, rp)
 	rp.handled(r0, 4)
@@ -119,7 +119,7 @@ func TestSessionHorizon(t *testing.T) {
 // must not make it live again, or its horizon (and its positions) would
 // follow what the reverse path hands out to nobody.
 func TestReplayCaughtUpAfterClientWentStaysOffline(t *testing.T) {
-	rp := newReverseProgress(func(topic string) bool { return topic == "rev" })
+	rp := newReverseProgress(func(topic string) bool { return topic == "rev" }, false)
 	r0 := tp{"rev", 0}
 	p := newSessionPositions(nil, nil, 5_000, rp)
 	p.notLive()

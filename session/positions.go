@@ -313,7 +313,9 @@ func (p *sessionPositions) resendQoS(pid uint16) byte {
 // takeReleased returns the packet ids of the resends whose PUBREC had
 // come, in the order of their ids, and takes them from the resends: the
 // replay sends their PUBREL, not their PUBLISH, and they stay pending
-// until the client's PUBCOMP.
+// until the client's PUBCOMP. Their messages were delivered (the client
+// sent PUBREC): the replay skips them even once the PUBCOMP came, as it
+// skips what mochi resends here (inherited) [MQTT-4.3.3].
 func (p *sessionPositions) takeReleased() []uint16 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -322,6 +324,10 @@ func (p *sessionPositions) takeReleased() []uint16 {
 		if p.flows[id].released {
 			delete(p.resend, c)
 			out = append(out, id)
+			if p.inherited == nil {
+				p.inherited = map[Coord]bool{}
+			}
+			p.inherited[c] = true
 		}
 	}
 	slices.Sort(out)
@@ -561,6 +567,8 @@ func (p *sessionPositions) wentOffline() {
 	freeze := func(k tp) {
 		if next, applies, known := p.reverse.limit(k); applies && known {
 			p.frozen[k] = next
+		} else if applies {
+			p.frozen[k] = -1 // not known: see reverseLimit
 		}
 	}
 	for k := range p.delivered {
@@ -580,11 +588,16 @@ func (p *sessionPositions) reverseLimit(k tp) (next int64, applies, known bool) 
 	if !p.offline {
 		return p.reverse.limit(k)
 	}
-	if p.reverse == nil || !p.reverse.serves(k.topic) {
+	if p.reverse == nil {
 		return 0, false, false
 	}
-	next, known = p.frozen[k]
-	return next, true, known
+	// Frozen when the client went (unknown: -1); otherwise a cap applies
+	// to reverse.topics, and to every topic when read on demand.
+	next, frozen := p.frozen[k]
+	if !frozen {
+		return 0, p.reverse.static(k.topic) || p.reverse.onDemand, false
+	}
+	return next, true, next >= 0
 }
 
 // pendingList returns the unacknowledged deliveries to write.
@@ -692,7 +705,7 @@ func (p *sessionPositions) snapshot() []state.Position {
 			_, d := p.delivered[k]
 			_, m := p.missed[k]
 			_, f := p.frontier[k]
-			if !d && !m && !f && !busy[k] && p.reverse.consumes(k.topic) {
+			if !d && !m && !f && !busy[k] && p.reverse.static(k.topic) {
 				delete(pos, k)
 			}
 		}

@@ -107,7 +107,7 @@ func TestPositionStopsAtReplayFrontier(t *testing.T) {
 // its position past what the reverse path has handed out; a resume from 41
 // skipped the rest for good.
 func TestPositionStopsAtReverseProgress(t *testing.T) {
-	rp := newReverseProgress(func(topic string) bool { return topic == "rev" })
+	rp := newReverseProgress(func(topic string) bool { return topic == "rev" }, false)
 	p := newSessionPositions(nil, nil, 0, rp)
 	p.sent(1, Coord{"rev", 0, 40}, 1)
 	p.sent(2, Coord{"fwd", 0, 40}, 1)
@@ -141,7 +141,7 @@ func TestPositionStopsAtReverseProgress(t *testing.T) {
 // session that acknowledged a later record there, and then went, must not
 // leave a position past the own record it never got.
 func TestPositionStopsAtOwnRecordAwaitingLocalDelivery(t *testing.T) {
-	rp := newReverseProgress(func(topic string) bool { return topic == "rev" })
+	rp := newReverseProgress(func(topic string) bool { return topic == "rev" }, false)
 	p := newSessionPositions(nil, nil, 0, rp)
 	k := tp{"rev", 0}
 	rp.handled(k, 10)

@@ -530,10 +530,7 @@ func (rs *replayRun) deliver(ctx context.Context, rec *kgo.Record, hdrs []topicm
 		return nil // excluded or unmappable: nobody subscribed to it
 	}
 	std, _ := topicmap.ParseStandard(hdrs)
-	qos := d.QoS
-	if std.HasQoS {
-		qos = min(qos, std.QoS)
-	}
+	qos := d.RecordQoS(std)
 	// A subscription's time bounds what a partition read from a time owes
 	// it. A reverse partition read from the session's position owes it
 	// every record from there, however old: the reverse path hands records

@@ -33,23 +33,51 @@ import (
 type ReverseProgress struct {
 	serves   func(kafkaTopic string) bool // among reverse.topics
 	consumed sync.Map                     // Kafka topic -> serves(topic), cached for the forward path
+	demand   sync.Map                     // Kafka topic -> struct{}: read on demand now (Demand)
+	// onDemand: topics are read on demand (reverse.on_demand), so any
+	// topic may carry other instances' records for a live subscription,
+	// read or about to be: every position is capped, and one of a topic
+	// not read yet is not known (a resume reads it from the
+	// subscription's time).
+	onDemand bool
 
 	mu    sync.RWMutex
 	next  map[tp]int64           // the offset after the last record handed out
 	local map[tp]map[int64]int32 // own records acknowledged, not yet delivered here
+	// own are this instance's records delivered here that the reverse path
+	// has not handed out yet (it skips them): what it handed out reaches
+	// past them (limit), so that a session whose client acknowledged its
+	// local delivery of one is not sent it again after the reverse path
+	// merely had not fetched it yet. At most ownMax per partition.
+	own map[tp]map[int64]struct{}
 	// caught is when each consumed partition was last seen handed out to
 	// its end (check); horizon is what that says for all of them.
 	caught  map[tp]time.Time
 	horizon int64
 }
 
-func newReverseProgress(serves func(string) bool) *ReverseProgress {
-	return &ReverseProgress{serves: serves, next: map[tp]int64{}, local: map[tp]map[int64]int32{},
-		caught: map[tp]time.Time{}}
+func newReverseProgress(serves func(string) bool, onDemand bool) *ReverseProgress {
+	return &ReverseProgress{serves: serves, onDemand: onDemand, next: map[tp]int64{}, local: map[tp]map[int64]int32{},
+		own: map[tp]map[int64]struct{}{}, caught: map[tp]time.Time{}}
 }
 
-// consumes reports whether the reverse path consumes Kafka topic t.
+// caps reports whether positions in Kafka topic t are capped by what the
+// reverse path handed out: it consumes t, or may read it on demand.
+func (p *ReverseProgress) caps(t string) bool { return p.onDemand || p.consumes(t) }
+
+// consumes reports whether the reverse path consumes Kafka topic t: among
+// reverse.topics, or read on demand now.
 func (p *ReverseProgress) consumes(t string) bool {
+	if p.static(t) {
+		return true
+	}
+	_, ok := p.demand.Load(t)
+	return ok
+}
+
+// static reports whether t is among reverse.topics: consumed by every
+// instance all the time, which is what a horizon covers.
+func (p *ReverseProgress) static(t string) bool {
 	if v, ok := p.consumed.Load(t); ok {
 		return v.(bool)
 	}
@@ -58,11 +86,39 @@ func (p *ReverseProgress) consumes(t string) bool {
 	return ok
 }
 
+// Consumes reports whether the reverse path reads Kafka topic t now: one
+// of reverse.topics, or read on demand.
+func (p *ReverseProgress) Consumes(t string) bool { return p.consumes(t) }
+
+// Demand records that this instance started (reading true: after the
+// Handled of each partition's start) or stopped reading Kafka topic t on
+// demand for its live subscriptions. What was handed out of a topic no
+// longer read is forgotten: read again, it starts where its new start says.
+func (p *ReverseProgress) Demand(t string, reading bool) {
+	if reading {
+		p.demand.Store(t, struct{}{})
+		return
+	}
+	p.demand.Delete(t)
+	p.mu.Lock()
+	for k := range p.next {
+		if k.topic == t {
+			delete(p.next, k)
+		}
+	}
+	for k := range p.own {
+		if k.topic == t {
+			delete(p.own, k)
+		}
+	}
+	p.mu.Unlock()
+}
+
 // LocalAcked notes that the forward path's record at c, acknowledged by
 // Kafka, waits for its local delivery; true: call LocalDelivered after it.
 // A nil ReverseProgress (no reverse path) returns false.
 func (p *ReverseProgress) LocalAcked(c Coord) bool {
-	if p == nil || c.Offset < 0 || !p.consumes(c.Topic) {
+	if p == nil || c.Offset < 0 || !p.caps(c.Topic) {
 		return false
 	}
 	k := c.tp()
@@ -89,8 +145,19 @@ func (p *ReverseProgress) LocalDelivered(c Coord) {
 			delete(p.local, k)
 		}
 	}
+	if next, known := p.next[k]; p.consumes(c.Topic) && (!known || c.Offset >= next) {
+		o := p.own[k]
+		if o == nil || len(o) >= ownMax {
+			o = map[int64]struct{}{} // a bound, not a loss: a resume may send one again
+			p.own[k] = o
+		}
+		o[c.Offset] = struct{}{}
+	}
 	p.mu.Unlock()
 }
+
+// ownMax bounds the own records kept per partition (ReverseProgress.own).
+const ownMax = 4096
 
 // Handled records that the reverse path has handed out the records of
 // partition part of topic before next (delivered to the subscribers it
@@ -101,8 +168,18 @@ func (p *ReverseProgress) Handled(topic string, part int32, next int64) {
 
 func (p *ReverseProgress) handled(k tp, next int64) {
 	p.mu.Lock()
-	if next > p.next[k] {
+	if cur, ok := p.next[k]; !ok || next > cur { // a start at 0 is known too
 		p.next[k] = next
+	}
+	if o := p.own[k]; o != nil {
+		for off := range o {
+			if off < p.next[k] {
+				delete(o, off)
+			}
+		}
+		if len(o) == 0 {
+			delete(p.own, k)
+		}
 	}
 	p.mu.Unlock()
 }
@@ -111,12 +188,17 @@ func (p *ReverseProgress) handled(k tp, next int64) {
 // when the reverse path does not consume k; known is false when it has
 // handed out nothing of k yet.
 func (p *ReverseProgress) limit(k tp) (next int64, applies, known bool) {
-	if p == nil || !p.consumes(k.topic) {
+	if p == nil || !p.caps(k.topic) {
 		return 0, false, false
 	}
 	p.mu.RLock()
 	next, known = p.next[k]
 	if known { // unknown stays unknown: nothing of k handed out yet
+		for o := p.own[k]; ; next++ { // own records delivered here: handed out
+			if _, ok := o[next]; !ok {
+				break
+			}
+		}
 		next = p.heldAt(k, next)
 	}
 	p.mu.RUnlock()

@@ -76,6 +76,25 @@ type Delivery struct {
 	Topic  string // MQTT topic
 	QoS    byte
 	Retain bool
+	// RuleQoS: a reverse rule set QoS (ReverseRule.QoS); else it is
+	// DefaultReverseQoS.
+	RuleQoS bool
+}
+
+// RecordQoS is the QoS a record with the standard headers std is
+// delivered at: a rule's QoS, lowered by the record's mqtt.qos header;
+// without a rule's, the header's (the QoS the MQTT publisher of a record
+// Ferry wrote used, so that a QoS 2 publish reaches a QoS 2 subscriber at
+// QoS 2 [MQTT-3.8.4-8]); else DefaultReverseQoS.
+func (d Delivery) RecordQoS(std Standard) byte {
+	switch {
+	case !std.HasQoS:
+		return d.QoS
+	case d.RuleQoS:
+		return min(d.QoS, std.QoS)
+	default:
+		return std.QoS
+	}
 }
 
 type headerTmpl struct {
@@ -100,6 +119,7 @@ type revRule struct {
 	mqtt   *template      // nil: DecodeTopic
 	groups bool           // template uses capture groups
 	qos    byte
+	setQoS bool // qos is the rule's own (ReverseRule.QoS)
 	retain bool
 }
 
@@ -277,7 +297,7 @@ func (m *Map) addReverse(i int, r ReverseRule) error {
 		if *r.QoS > 2 {
 			return rerr("qos", fmt.Sprint(*r.QoS), "QoS must be 0, 1 or 2")
 		}
-		rr.qos = *r.QoS
+		rr.qos, rr.setQoS = *r.QoS, true
 	}
 	isRegex := len(r.Kafka) >= 2 && r.Kafka[0] == '/' && r.Kafka[len(r.Kafka)-1] == '/'
 	if isRegex {
@@ -470,7 +490,7 @@ func (m *Map) Reverse(kafkaTopic string, headers []Header) (Delivery, error) {
 	}
 	d := Delivery{QoS: DefaultReverseQoS}
 	if rule != nil {
-		d.QoS, d.Retain = rule.qos, rule.retain
+		d.QoS, d.Retain, d.RuleQoS = rule.qos, rule.retain, rule.setQoS
 	}
 	switch t, ok := headerTopic(headers); {
 	case ok:

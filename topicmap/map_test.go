@@ -291,12 +291,12 @@ func TestReverse(t *testing.T) {
 		headers []Header
 		want    Delivery
 	}{
-		{"orders.v1", nil, Delivery{"shop/orders", 1, true}},
-		{"telemetry.fan.speed", nil, Delivery{"tele/fan/speed", 2, false}},
-		{"raw-x.y", nil, Delivery{"raw/raw-x.y", DefaultReverseQoS, false}},
-		{"_tacos_sub_le", nil, Delivery{"/tacos/sub/le", 1, false}},
-		{"orders.v1", []Header{{HeaderMQTTTopic, []byte("from/header")}}, Delivery{"from/header", 1, true}},
-		{"orders.v1", []Header{{HeaderMQTTTopic, []byte("bad/+")}}, Delivery{"shop/orders", 1, true}},
+		{"orders.v1", nil, Delivery{"shop/orders", 1, true, true}},
+		{"telemetry.fan.speed", nil, Delivery{"tele/fan/speed", 2, false, true}},
+		{"raw-x.y", nil, Delivery{"raw/raw-x.y", DefaultReverseQoS, false, false}},
+		{"_tacos_sub_le", nil, Delivery{"/tacos/sub/le", 1, false, true}},
+		{"orders.v1", []Header{{HeaderMQTTTopic, []byte("from/header")}}, Delivery{"from/header", 1, true, true}},
+		{"orders.v1", []Header{{HeaderMQTTTopic, []byte("bad/+")}}, Delivery{"shop/orders", 1, true, true}},
 	}
 	for _, tt := range tests {
 		got, err := m.Reverse(tt.kafka, tt.headers)
@@ -317,6 +317,24 @@ func TestReverse(t *testing.T) {
 	}
 	if _, err := d.Reverse("orders.v1", nil); !errors.Is(err, ErrUnmappable) {
 		t.Errorf("undecodable: %v", err)
+	}
+	// The delivery QoS of a record: a rule's, lowered by its mqtt.qos
+	// header; without a rule's, the header's (the MQTT publisher's QoS).
+	for _, tt := range []struct {
+		d    Delivery
+		std  Standard
+		want byte
+	}{
+		{Delivery{QoS: DefaultReverseQoS}, Standard{}, DefaultReverseQoS},
+		{Delivery{QoS: DefaultReverseQoS}, Standard{QoS: 2, HasQoS: true}, 2},
+		{Delivery{QoS: DefaultReverseQoS}, Standard{QoS: 0, HasQoS: true}, 0},
+		{Delivery{QoS: 1, RuleQoS: true}, Standard{QoS: 2, HasQoS: true}, 1},
+		{Delivery{QoS: 2, RuleQoS: true}, Standard{QoS: 1, HasQoS: true}, 1},
+		{Delivery{QoS: 2, RuleQoS: true}, Standard{}, 2},
+	} {
+		if got := tt.d.RecordQoS(tt.std); got != tt.want {
+			t.Errorf("%+v.RecordQoS(%+v) = %d, want %d", tt.d, tt.std, got, tt.want)
+		}
 	}
 }
 
