@@ -482,9 +482,17 @@ func (h *hook) publishQoS2(cl *mqtt.Client, pk *packets.Packet, rec *producer.Re
 // instance delivers there its own record of MQTT topic m (demander.ensure).
 func (h *hook) ensureRead(k, m string) {
 	if d := h.demand.Load(); d != nil {
-		d.ensure(context.Background(), k, m)
+		// Bounded: the publisher's acknowledgements wait for it. Past it the
+		// topic is read at the demand loop's next round; a session that went
+		// meanwhile has no position there and gets it again on its resume.
+		ctx, cancel := context.WithTimeout(context.Background(), ensureTimeout)
+		defer cancel()
+		d.ensure(ctx, k, m)
 	}
 }
+
+// ensureTimeout bounds ensureRead (two Kafka requests, once per topic).
+const ensureTimeout = 2 * time.Second
 
 // releaseQoS2Floor ends the hold of cl's QoS 2 publish on the reverse
 // path's progress once mochi has delivered it (or its connection failed).
