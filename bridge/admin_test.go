@@ -312,15 +312,23 @@ func TestAdminAPIAcrossInstances(t *testing.T) {
 				var res struct{ Retained []admin.RetainedItem }
 				return adminCall(t, p, token, "GET", "/api/v1/retained?prefix="+url.QueryEscape(topic), &res) == 200 && len(res.Retained) == 0
 			})
-			// A new subscriber gets no retained message: the first message
-			// it gets is one published after its SUBACK.
+			// A new subscriber gets no retained message before the marker,
+			// published after its SUBACK. (A subscription's topics are read
+			// from a moment before it, docs/sessions.md: the message
+			// published a second ago may come live, retain not set.)
 			in := newInbox()
 			sub := v5Sub(t, p.MQTTAddr, "adm-rsub-"+p.name+run, in)
 			mustSubscribe(t, sub, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: topic, QoS: 1}}})
 			local := connectV5(t, p.MQTTAddr, "adm-rmark-"+p.name+run)
 			mustPublish(t, local, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte("marker-" + p.name)})
-			if got := in.wait(t, 1, 10*time.Second)[0]; string(got.Payload) != "marker-"+p.name || got.Retain {
-				t.Fatalf("%s served %q (retain %v) to a new subscriber, want the marker first", p.name, got.Payload, got.Retain)
+			for n := 1; ; n++ {
+				got := in.wait(t, n, 10*time.Second)[n-1]
+				if got.Retain || n > 2 || string(got.Payload) != "marker-"+p.name && string(got.Payload) != "secret-payload" {
+					t.Fatalf("%s served %q (retain %v) to a new subscriber, want the marker first", p.name, got.Payload, got.Retain)
+				}
+				if string(got.Payload) == "marker-"+p.name {
+					break
+				}
 			}
 		}
 		if code := adminCall(t, c, token, "DELETE", "/api/v1/retained/"+topic, nil); code != 404 {
