@@ -36,6 +36,7 @@ import (
 	"github.com/ferry-bridge/ferry/reverse"
 	"github.com/ferry-bridge/ferry/ringbuffer"
 	"github.com/ferry-bridge/ferry/session"
+	"github.com/ferry-bridge/ferry/share"
 	"github.com/ferry-bridge/ferry/topicmap"
 )
 
@@ -56,6 +57,7 @@ type Bridge struct {
 	producer    *producer.Producer
 	reverse     *reverse.Consumer
 	demand      *demander // reading on demand (demand.go); nil when off
+	share       *share.Manager
 	order       *reverse.InflightOrder
 	stateEngine *session.Engine // sessions and retained messages in Kafka
 	embedded    *embeddedKafka
@@ -340,6 +342,15 @@ func (b *Bridge) start(ctx context.Context) error {
 		}()
 	}
 
+	if err := b.startShare(brokers); err != nil {
+		return fmt.Errorf("shared subscriptions: %w", err)
+	}
+	b.workers.Add(1)
+	go func() {
+		defer b.workers.Done()
+		_ = b.share.Run(b.reverseCtx)
+	}()
+
 	if b.cfg.HTTP.Listen != "" {
 		b.http, err = startHTTP(b.cfg.HTTP, b.log, b.reg, b.healthy, b.readyNow, adminAPI)
 		if err != nil {
@@ -513,7 +524,12 @@ func (b *Bridge) shutdown() error {
 			cancel()
 		}
 		b.closeAdmin()
-		b.closeState() // after the broker: its last session writes
+		b.closeState()      // after the broker: its last session writes
+		if b.share != nil { // after the broker: its members are gone
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			errs = append(errs, b.share.Close(ctx))
+			cancel()
+		}
 		rs := []*reverse.Consumer{b.reverse}
 		if b.demand != nil {
 			rs = append(rs, b.demand.consumer)

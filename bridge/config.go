@@ -11,6 +11,7 @@ import (
 
 	"github.com/ferry-bridge/ferry/producer"
 	"github.com/ferry-bridge/ferry/reverse"
+	"github.com/ferry-bridge/ferry/share"
 	"github.com/ferry-bridge/ferry/topicmap"
 )
 
@@ -25,6 +26,7 @@ type Config struct {
 	Ring     RingConfig      `mapstructure:"ring" yaml:"ring"`
 	Topics   topicmap.Config `mapstructure:"topics" yaml:"topics"`
 	Reverse  ReverseConfig   `mapstructure:"reverse" yaml:"reverse"`
+	Share    ShareConfig     `mapstructure:"share" yaml:"share"`
 	Storage  StorageConfig   `mapstructure:"storage" yaml:"storage"`
 	State    StateConfig     `mapstructure:"state" yaml:"state"`
 	HTTP     HTTPConfig      `mapstructure:"http" yaml:"http"`
@@ -306,6 +308,17 @@ type ReverseConfig struct {
 	OnDemand bool `mapstructure:"on_demand" yaml:"on_demand"`
 }
 
+// ShareConfig is how shared subscriptions ($share/{name}/{filter}) are
+// delivered: one Kafka consumer group each (package share).
+type ShareConfig struct {
+	// SessionTimeout is the groups' Kafka session timeout: the partitions
+	// of an instance that died go to the others after it. Default: 10s.
+	SessionTimeout time.Duration `mapstructure:"session_timeout" yaml:"session_timeout"`
+	// MaxInflight bounds one member's unacknowledged deliveries of one
+	// group. Default: 32.
+	MaxInflight int `mapstructure:"max_inflight" yaml:"max_inflight"`
+}
+
 // StorageConfig is kept only to refuse storage.dir with a clear error:
 // the local session store it configured (Pebble) is gone. Sessions, their
 // queues (as positions in Kafka) and retained messages live in Kafka
@@ -429,6 +442,7 @@ func DefaultConfig() Config {
 		Ring:    RingConfig{Capacity: 1 << 16, QoS0Policy: "drop-newest"},
 		Topics:  topicmap.DefaultConfig(),
 		Reverse: ReverseConfig{StartOffset: "latest", Refresh: reverse.DefaultRefresh, SkipOwn: true, OnDemand: true},
+		Share:   ShareConfig{SessionTimeout: share.DefaultSessionTimeout, MaxInflight: share.DefaultMaxInflight},
 		State: StateConfig{SessionsTopic: "_ferry_sessions", RetainedTopic: "_ferry_retained", Partitions: 8,
 			HeartbeatInterval: instanceHeartbeat, InstanceLapse: 10 * time.Second, ConnectTimeout: 15 * time.Second},
 		HTTP: HTTPConfig{Listen: "127.0.0.1:8080"},
@@ -651,6 +665,12 @@ func (c Config) Validate() error {
 	}
 	if len(c.Reverse.Topics) > 0 && c.Reverse.Refresh <= 0 {
 		bad("reverse.refresh", c.Reverse.Refresh, "must be positive")
+	}
+	if t := c.Share.SessionTimeout; t < 6*time.Second || t > 30*time.Minute {
+		bad("share.session_timeout", t, "must be within Kafka's group.min.session.timeout.ms and group.max.session.timeout.ms (6s to 30m by default)")
+	}
+	if n := c.Share.MaxInflight; n < 1 || n > 65535 {
+		bad("share.max_inflight", n, "must be 1 to 65535")
 	}
 	if c.Storage.Dir != "" {
 		bad("storage.dir", c.Storage.Dir, "was removed: sessions, their queued messages (as positions in Kafka) and retained messages live in Kafka (state.sessions_topic, state.retained_topic); remove the key (and any volume for it)")

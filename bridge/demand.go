@@ -154,7 +154,7 @@ func (d *demander) ensure(ctx context.Context, k, m string) {
 	if d == nil || d.progress.Consumes(k) {
 		return // read already, on demand or among reverse.topics
 	}
-	if subs := d.server.Topics.Subscribers(m); len(subs.Subscriptions) == 0 && len(subs.Shared) == 0 {
+	if subs := d.server.Topics.Subscribers(m); len(subs.Subscriptions) == 0 {
 		return // nobody here wants it: the publisher's acknowledgement waits for nothing
 	}
 	d.mu.Lock()
@@ -183,7 +183,7 @@ func (d *demander) filtersLocked() map[string]time.Time {
 func readFrom(at time.Time) time.Time { return at.Add(-demandSlack).Truncate(time.Second) }
 
 // liveFilters are the filters of the subscriptions of the connected
-// clients (a shared subscription's filter without its $share/{group}/).
+// clients, but for shared subscriptions (package share reads for those).
 func liveFilters(server *mqtt.Server) map[string]bool {
 	out := map[string]bool{}
 	for _, cl := range server.Clients.GetAll() {
@@ -191,10 +191,9 @@ func liveFilters(server *mqtt.Server) map[string]bool {
 			continue
 		}
 		for f := range cl.State.Subscriptions.GetAll() {
-			if rest, ok := strings.CutPrefix(f, "$share/"); ok {
-				_, f, _ = strings.Cut(rest, "/")
+			if !strings.HasPrefix(f, "$share/") { // the share groups read for those
+				out[f] = true
 			}
-			out[f] = true
 		}
 	}
 	return out

@@ -98,7 +98,7 @@ type Metrics struct {
 }
 
 // SkipReasons are the reason label values of Metrics.Skipped.
-var SkipReasons = []string{"own_origin", "excluded", "unmappable", "too_large", "publish_failed"}
+var SkipReasons = []string{skipOwn, skipExcluded, skipUnmappable, skipTooLarge, "publish_failed"}
 
 // Delivery is one record as an MQTT message, for the Sink.
 type Delivery struct {

@@ -57,8 +57,7 @@ type Consumer struct {
 	commits *committer
 	client  *kgo.Client
 
-	hdrs  []topicmap.Header // scratch, reverse goroutine only
-	props []topicmap.UserProperty
+	conv Converter // the reverse goroutine's
 
 	// A demand consumer's topics (demand.go): the partitions it reads.
 	wantMu   sync.Mutex
@@ -79,6 +78,7 @@ func New(cfg Config, d Deps) (*Consumer, error) {
 	log := d.Log.With("component", "reverse")
 	r := &Consumer{
 		cfg: cfg, log: log, tm: d.Topics, metrics: d.Metrics,
+		conv:    Converter{Topics: d.Topics, MaxPacketSize: cfg.MaxPacketSize},
 		logs:    ratelimit.New(log, 10*time.Second),
 		order:   d.Order,
 		sink:    d.Sink,
@@ -226,45 +226,25 @@ func (r *Consumer) handle(ctx context.Context, rec *kgo.Record) bool {
 		return true
 	}
 	r.metrics.Consumed.Inc()
-	r.hdrs = r.hdrs[:0]
-	for _, h := range rec.Headers {
-		r.hdrs = append(r.hdrs, topicmap.Header{Key: h.Key, Value: h.Value})
+	skipOwnOf := ""
+	if r.cfg.SkipOwn {
+		skipOwnOf = r.cfg.InstanceID
 	}
-	std, _ := topicmap.ParseStandard(r.hdrs) // the first of each reserved header only
-	if r.cfg.SkipOwn && std.Origin == r.cfg.InstanceID {
-		r.metrics.Skipped.WithLabelValues("own_origin").Inc()
-		return true
-	}
-	d, err := r.tm.Reverse(rec.Topic, r.hdrs)
-	if errors.Is(err, topicmap.ErrExcluded) {
-		r.metrics.Skipped.WithLabelValues("excluded").Inc()
-		return true
-	}
-	if err != nil {
-		r.metrics.Skipped.WithLabelValues("unmappable").Inc()
+	cv := r.conv.Convert(rec, skipOwnOf)
+	switch cv.Skip {
+	case "":
+	case skipUnmappable:
 		r.logs.Warn("unmappable:"+rec.Topic, "kafka record skipped: no MQTT topic", "topic", rec.Topic,
-			"partition", rec.Partition, "offset", rec.Offset, "err", err)
-		return true
-	}
-	qos := d.RecordQoS(std)
-	r.props, _ = topicmap.HeadersToUserProps(r.props[:0], r.hdrs)
-	pk := packets.Packet{
-		FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: qos, Retain: d.Retain || std.HasRetain && std.Retain},
-		TopicName:   d.Topic,
-		Payload:     rec.Value,
-	}
-	if len(r.props) > 0 {
-		pk.Properties.User = make([]packets.UserProperty, len(r.props))
-		for i, p := range r.props {
-			pk.Properties.User[i] = packets.UserProperty{Key: p.Key, Val: p.Value}
-		}
-	}
-	if size := publishSize(&pk); size > r.cfg.MaxPacketSize {
-		r.metrics.Skipped.WithLabelValues("too_large").Inc()
+			"partition", rec.Partition, "offset", rec.Offset, "err", cv.Err)
+	case skipTooLarge:
 		r.logs.Warn("too_large:"+rec.Topic, "kafka record skipped: larger than mqtt.max_packet_size", "topic", rec.Topic,
-			"partition", rec.Partition, "offset", rec.Offset, "size", size, "max", r.cfg.MaxPacketSize)
+			"partition", rec.Partition, "offset", rec.Offset, "size", cv.Size, "max", r.cfg.MaxPacketSize)
+	}
+	if cv.Skip != "" {
+		r.metrics.Skipped.WithLabelValues(cv.Skip).Inc()
 		return true
 	}
+	pk, std := cv.Packet, cv.Std
 	if pk.FixedHeader.Qos > 0 {
 		pk.PacketID = 1 // the inline client's id is not used for delivery
 		if !r.pace.wait(ctx, pk.TopicName) {
@@ -282,14 +262,14 @@ func (r *Consumer) handle(ctx context.Context, rec *kgo.Record) bool {
 	// table); writing it again from here would replace its record with a copy
 	// that lost the publisher's fields.
 	fromPeer := std.Origin != "" && std.HasRetain && std.Retain
-	err = r.sink.Deliver(ctx, Delivery{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset,
+	err := r.sink.Deliver(ctx, Delivery{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset,
 		Packet: pk, WriteRetained: pk.FixedHeader.Retain && !fromPeer})
 	if errors.Is(err, ErrStopped) {
 		return false
 	}
 	if err != nil {
 		r.metrics.Skipped.WithLabelValues("publish_failed").Inc()
-		r.logs.Warn("publish:"+d.Topic, "kafka record not published to MQTT", "topic", d.Topic, "err", err)
+		r.logs.Warn("publish:"+pk.TopicName, "kafka record not published to MQTT", "topic", pk.TopicName, "err", err)
 		return true
 	}
 	r.metrics.Published.Inc()

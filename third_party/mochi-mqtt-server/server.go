@@ -1078,6 +1078,21 @@ func (s *Server) publishToSubscribers(pk packets.Packet) {
 	}
 }
 
+// PublishToClient delivers pk to the one client cl under its subscription
+// sub, as a delivery to a topic's subscribers does to each (Ferry: the
+// member of a shared subscription that gets a message is chosen outside
+// the broker). It returns the packet as queued for cl (its packet id) or
+// why it was not.
+func (s *Server) PublishToClient(cl *Client, sub packets.Subscription, pk packets.Packet) (packets.Packet, error) {
+	if pk.Created == 0 {
+		pk.Created = time.Now().Unix()
+	}
+	if pk.Expiry == 0 {
+		s.SetMessageExpiry(&pk)
+	}
+	return s.publishToClient(cl, sub, pk)
+}
+
 func (s *Server) publishToClient(cl *Client, sub packets.Subscription, pk packets.Packet) (packets.Packet, error) {
 	if sub.NoLocal && pk.Origin == cl.ID {
 		return pk, nil // [MQTT-3.8.3-3]

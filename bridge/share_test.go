@@ -1,0 +1,235 @@
+package bridge
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+	pahov3 "github.com/eclipse/paho.mqtt.golang"
+)
+
+// Shared subscriptions across instances (package share): each message to
+// exactly one member of the group, cluster-wide, whichever instance the
+// members and the publisher use.
+
+// shareTopics publishes one warm-up message ("w") to each of n MQTT topics
+// under prefix through pub, so that their Kafka topics exist, and returns
+// the topics.
+func shareTopics(t *testing.T, pub pahov3.Client, prefix string, n int) []string {
+	t.Helper()
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s/%d", prefix, i)
+		if tok := pub.Publish(out[i], 1, false, "w"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("warm-up publish: %v", tok.Error())
+		}
+	}
+	return out
+}
+
+// shareMember connects a 3.1.1 member of shared subscription key on b.
+func shareMember(t *testing.T, b *Bridge, id, key string, qos byte, got *seqCollector, opts ...func(*pahov3.ClientOptions)) pahov3.Client {
+	t.Helper()
+	c := connectPaho(t, b.MQTTAddr(), id, append([]func(*pahov3.ClientOptions){func(o *pahov3.ClientOptions) {
+		o.SetDefaultPublishHandler(func(_ pahov3.Client, m pahov3.Message) { got.add(m.Payload()) })
+	}}, opts...)...)
+	if tok := c.Subscribe(key, qos, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe %s: %v", key, tok.Error())
+	}
+	return c
+}
+
+// waitSplit waits until the instances with members hold all n partitions
+// of group key between them, each some.
+func waitSplit(t *testing.T, key string, n int, on ...*Bridge) {
+	t.Helper()
+	waitFor(t, 60*time.Second, "the group's partitions split among the members' instances", func() bool {
+		sum := 0.0
+		for _, b := range on {
+			p := metricValue(t, b, "ferry_share_partitions", map[string]string{"group": key})
+			if p < 1 {
+				return false
+			}
+			sum += p
+		}
+		return sum == float64(n)
+	})
+}
+
+// counts returns how many times each number below n was received by the
+// collectors together.
+func counts(n int, cs ...*seqCollector) []int {
+	out := make([]int, n)
+	for _, c := range cs {
+		for _, v := range c.snapshot() {
+			if v >= 0 && v < n {
+				out[v]++
+			}
+		}
+	}
+	return out
+}
+
+// waitCovered waits until every number below n was received by one of cs.
+func waitCovered(t *testing.T, n int, timeout time.Duration, cs ...*seqCollector) []int {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		c := counts(n, cs...)
+		var missing []int
+		for i, k := range c {
+			if k == 0 {
+				missing = append(missing, i)
+			}
+		}
+		if len(missing) == 0 {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d messages never reached a member: %v", len(missing), n, missing[:min(len(missing), 20)])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestSharedSubscriptionAcrossInstances: three instances, default
+// configuration; members of one shared subscription on A and B, 200
+// messages published on C over 8 topics: each message reaches exactly one
+// member, and both members get a share. QoS 0, 1 and 2.
+func TestSharedSubscriptionAcrossInstances(t *testing.T) {
+	for _, qos := range []byte{0, 1, 2} {
+		t.Run(fmt.Sprintf("qos%d", qos), func(t *testing.T) {
+			in := threeInstances(t)
+			tag := randHex(4)
+			const n, topics = 200, 8
+			pub := connectPaho(t, in[2].MQTTAddr(), "shpub-"+tag)
+			names := shareTopics(t, pub, "sh"+tag, topics)
+			key := "$share/g" + tag + "/sh" + tag + "/+"
+			var got [2]seqCollector
+			for i := range 2 {
+				shareMember(t, in[i], fmt.Sprintf("shm%d-%s", i, tag), key, qos, &got[i])
+			}
+			waitSplit(t, key, topics, in[0], in[1])
+			for i := range n {
+				if tok := pub.Publish(names[i%topics], qos, false, strconv.Itoa(i)); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+					t.Fatalf("publish %d: %v", i, tok.Error())
+				}
+			}
+			c := waitCovered(t, n, 30*time.Second, &got[0], &got[1])
+			time.Sleep(500 * time.Millisecond) // a second copy would come now
+			c = counts(n, &got[0], &got[1])
+			for i, k := range c {
+				if k != 1 {
+					t.Fatalf("message %d reached the group %d times, want once (A %v, B %v)", i, k, got[0].snapshot(), got[1].snapshot())
+				}
+			}
+			a, b := len(got[0].snapshot()), len(got[1].snapshot())
+			if a == 0 || b == 0 {
+				t.Fatalf("one member got everything: A %d, B %d", a, b)
+			}
+			t.Logf("QoS %d: A %d, B %d of %d", qos, a, b, n)
+		})
+	}
+}
+
+// TestSharedSubscriptionMemberLeaves: members on A and B, a publisher on C
+// sending 300 QoS 1 messages; A's member acknowledges nothing, and after
+// 100 it disconnects and a new member joins on C. Every message reaches a
+// member that acknowledges it; a message twice only if A's member had it
+// unacknowledged.
+func TestSharedSubscriptionMemberLeaves(t *testing.T) {
+	in := threeInstances(t)
+	tag := randHex(4)
+	const n, topics = 300, 8
+	pub := connectPaho(t, in[2].MQTTAddr(), "shpub-"+tag)
+	names := shareTopics(t, pub, "sl"+tag, topics)
+	key := "$share/g" + tag + "/sl" + tag + "/+"
+	var got [3]seqCollector
+	a := shareMember(t, in[0], "sla-"+tag, key, 1, &got[0], func(o *pahov3.ClientOptions) { o.SetAutoAckDisabled(true) })
+	shareMember(t, in[1], "slb-"+tag, key, 1, &got[1])
+	waitSplit(t, key, topics, in[0], in[1])
+	for i := range n {
+		if i == 100 {
+			if len(got[0].snapshot()) == 0 {
+				t.Fatal("A's member got nothing of the first 100")
+			}
+			a.Disconnect(0)
+			shareMember(t, in[2], "slc-"+tag, key, 1, &got[2])
+		}
+		if tok := pub.Publish(names[i%topics], 1, false, strconv.Itoa(i)); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish %d: %v", i, tok.Error())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	waitCovered(t, n, 60*time.Second, &got[1], &got[2]) // the members that acknowledge
+	time.Sleep(500 * time.Millisecond)
+	unacked := map[int]bool{}
+	for _, v := range got[0].snapshot() {
+		unacked[v] = true
+	}
+	for i, k := range counts(n, &got[1], &got[2]) {
+		if k > 1 {
+			t.Fatalf("message %d reached the acknowledging members %d times", i, k)
+		}
+	}
+	dups := 0
+	for i, k := range counts(n, &got[0], &got[1], &got[2]) {
+		if k > 1 && !unacked[i] {
+			t.Fatalf("message %d came %d times, although A's member never had it", i, k)
+		}
+		dups += k - 1
+	}
+	if len(got[2].snapshot()) == 0 {
+		t.Fatal("the member that joined on C got nothing")
+	}
+	t.Logf("A %d (unacknowledged), B %d, C %d; %d redelivered", len(got[0].snapshot()), len(got[1].snapshot()), len(got[2].snapshot()), dups)
+}
+
+// TestSharedSubscriptionSessionResumes: a persistent MQTT 5 session whose
+// only subscription is shared goes offline on A; what is published
+// meanwhile waits in the group (nobody acknowledged it) and reaches the
+// session when it resumes on B, without subscribing again.
+func TestSharedSubscriptionSessionResumes(t *testing.T) {
+	in := threeInstances(t)
+	tag := randHex(4)
+	const n = 20
+	pub := connectPaho(t, in[2].MQTTAddr(), "srpub-"+tag)
+	names := shareTopics(t, pub, "sr"+tag, 1)
+	key := "$share/g" + tag + "/sr" + tag + "/+"
+	id := "srm-" + tag
+	persistent := func(_ *paho.ClientConfig, cp *paho.Connect) {
+		cp.CleanStart = false
+		cp.Properties = &paho.ConnectProperties{SessionExpiryInterval: ptr(uint32(300))}
+	}
+	var got seqCollector
+	handler := func(cc *paho.ClientConfig, _ *paho.Connect) {
+		cc.OnPublishReceived = []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
+			got.add(pr.Packet.Payload)
+			return true, nil
+		}}
+	}
+	c := connectV5(t, in[0].MQTTAddr(), id, persistent, handler)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: key, QoS: 1}}}); err != nil {
+		t.Fatalf("subscribe: %v", err)
+	}
+	waitSplit(t, key, 1, in[0])
+	if tok := pub.Publish(names[0], 1, false, "0"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish: %v", tok.Error())
+	}
+	waitCovered(t, 1, 20*time.Second, &got)
+	_ = c.Disconnect(&paho.Disconnect{ReasonCode: 0})
+	waitFor(t, 20*time.Second, "the session offline", func() bool { return sessionOffline(in[0], id) })
+	for i := 1; i < n; i++ {
+		if tok := pub.Publish(names[0], 1, false, strconv.Itoa(i)); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish %d: %v", i, tok.Error())
+		}
+	}
+	c2 := connectV5(t, in[1].MQTTAddr(), id, persistent, handler)
+	defer c2.Disconnect(&paho.Disconnect{})
+	waitCovered(t, n, 60*time.Second, &got)
+}

@@ -1,0 +1,282 @@
+package share
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ferry-bridge/ferry/reverse"
+)
+
+// group is one shared subscription's consumer group member on this
+// instance: its Kafka client, its members here, and what they owe.
+type group struct {
+	m                     *Manager
+	key, name, filter, id string
+	since                 time.Time // records are read from it in partitions without a commit
+
+	client *kgo.Client // nil until the filter's topics are known
+	topics map[string]bool
+	conv   reverse.Converter // the run goroutine's
+	cancel context.CancelFunc
+	done   chan struct{}
+	wake   chan struct{} // an acknowledgement or a member came: a full group may go on
+
+	state // under state.mu
+}
+
+// readSlack reads a new group's partitions from a little before its first
+// member was seen: the subscription's SUBACK came up to Config.Every
+// before, and a record's time may lag its append by up to a second.
+const readSlack = 2 * time.Second
+
+func newGroup(m *Manager, key, name, filter string, seen time.Time) *group {
+	g := &group{m: m, key: key, name: name, filter: filter, id: GroupName(name, filter),
+		since: seen.Add(-readSlack), topics: map[string]bool{}, wake: make(chan struct{}, 1),
+		conv: reverse.Converter{Topics: m.d.Topics, MaxPacketSize: m.cfg.MaxPacketSize}}
+	g.state.init()
+	return g
+}
+
+// consume joins the consumer group over topics (on the first call that
+// has some) or adds the new ones.
+func (g *group) consume(ctx context.Context, topics map[string]time.Time) error {
+	var added []string
+	for t := range topics {
+		if !g.topics[t] {
+			added = append(added, t)
+		}
+	}
+	if len(added) == 0 {
+		return nil
+	}
+	if g.client != nil {
+		g.client.AddConsumeTopics(added...)
+		for _, t := range added {
+			g.topics[t] = true
+		}
+		return nil
+	}
+	cfg := g.m.cfg
+	iso := kgo.ReadCommitted()
+	if cfg.ReadUncommitted {
+		iso = kgo.ReadUncommitted()
+	}
+	opts := append([]kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ClientID("ferry-" + cfg.InstanceID + "-share"),
+		kgo.ConsumerGroup(g.id),
+		kgo.ConsumeTopics(added...),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.SessionTimeout(cfg.SessionTimeout),
+		kgo.HeartbeatInterval(max(cfg.SessionTimeout/10, time.Second)),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(g.since.UnixMilli())),
+		kgo.FetchIsolationLevel(iso),
+		kgo.OnPartitionsAssigned(g.assigned),
+		kgo.OnPartitionsRevoked(g.revoked),
+		kgo.OnPartitionsLost(g.lost),
+	}, g.m.d.KafkaOpts...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return err
+	}
+	g.client = cl
+	for _, t := range added {
+		g.topics[t] = true
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	g.cancel, g.done = cancel, make(chan struct{})
+	go g.run(runCtx)
+	g.m.log.Debug("share group joined", "group", g.key, "kafka_group", g.id, "topics", added)
+	return nil
+}
+
+// stop leaves the consumer group after committing what was acknowledged.
+func (g *group) stop(ctx context.Context) {
+	if g.client == nil {
+		return
+	}
+	g.cancel()
+	<-g.done
+	g.commit(ctx)
+	g.client.Close() // leaves the group: the partitions go to the others
+	g.m.d.Metrics.Members.DeleteLabelValues(g.key)
+	g.m.d.Metrics.Partitions.DeleteLabelValues(g.key)
+	g.m.d.Metrics.Lag.DeleteLabelValues(g.key)
+}
+
+// commitEvery is how often acknowledged progress is committed.
+const commitEvery = time.Second
+
+// run hands the group's records to the members until ctx ends.
+func (g *group) run(ctx context.Context) {
+	defer close(g.done)
+	last := time.Now()
+	for ctx.Err() == nil {
+		g.redeliver(ctx)
+		if time.Since(last) >= commitEvery {
+			g.commit(ctx)
+			last = time.Now()
+		}
+		pollCtx, cancel := context.WithTimeout(ctx, commitEvery)
+		fetches := g.client.PollRecords(pollCtx, 512)
+		cancel()
+		fetches.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				g.m.log.Debug("share group fetch", "group", g.key, "topic", t, "partition", p, "err", err)
+			}
+		})
+		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+			for _, rec := range p.Records {
+				if !g.deliver(ctx, rec, nil) {
+					return
+				}
+			}
+			if n := len(p.Records); n > 0 {
+				g.setLag(tp{p.Topic, p.Partition}, p.HighWatermark-p.Records[n-1].Offset-1)
+			}
+		})
+		g.client.AllowRebalance()
+	}
+}
+
+// redeliver hands what members that went owed to the others.
+func (g *group) redeliver(ctx context.Context) {
+	for _, d := range g.takeBack() {
+		if !g.deliver(ctx, d.rec, d) {
+			return
+		}
+	}
+}
+
+// memberWait bounds one wait for a member with room (the loop looks again).
+const memberWait = 100 * time.Millisecond
+
+// deliver hands rec to one member (again: the delivery a member that went
+// owed); false: ctx ended first.
+func (g *group) deliver(ctx context.Context, rec *kgo.Record, again *delivery) bool {
+	part := g.partition(rec)
+	if part == nil {
+		return true // revoked meanwhile: its new owner reads it from the commit
+	}
+	if again == nil && rec.Attrs.IsControl() {
+		g.handedOut(part, rec, false)
+		return true
+	}
+	cv := g.conv.Convert(rec, "")
+	if cv.Skip != "" {
+		if again == nil {
+			g.handedOut(part, rec, false)
+		}
+		return true
+	}
+	for ctx.Err() == nil {
+		cl, sub, ok := g.pick()
+		if !ok {
+			select {
+			case <-ctx.Done():
+			case <-g.wake:
+			case <-time.After(memberWait):
+			}
+			continue
+		}
+		out, err := g.m.d.Server.PublishToClient(cl, sub, cv.Packet)
+		if err != nil {
+			if out.FixedHeader.Qos > 0 && out.PacketID != 0 && errors.Is(err, packets.CodeDisconnect) {
+				// In flight for a closed connection: the member went; it is
+				// not owed by it (OnDisconnect may have run already).
+				cl.State.Inflight.Delete(out.PacketID)
+			}
+			g.full(cl.ID)
+			continue
+		}
+		g.m.d.Metrics.Delivered.WithLabelValues(g.key).Inc()
+		if again != nil {
+			g.m.d.Metrics.Redelivered.WithLabelValues(g.key).Inc()
+		}
+		if out.FixedHeader.Qos == 0 {
+			if again == nil {
+				g.handedOut(part, rec, false)
+			} else {
+				g.settle(again)
+			}
+			return true
+		}
+		d := again
+		if d == nil {
+			d = &delivery{g: g, rec: rec, part: part}
+			g.handedOut(part, rec, true)
+		}
+		g.owedBy(cl.ID, d)
+		g.m.owe(cl.ID, out.PacketID, d)
+		return true
+	}
+	return false
+}
+
+// pick returns the live member with the fewest deliveries owed, under
+// MaxInflight, and its subscription.
+func (g *group) pick() (*mqtt.Client, packets.Subscription, bool) {
+	for _, id := range g.candidates(g.m.cfg.MaxInflight) {
+		cl, ok := g.m.d.Server.Clients.Get(id)
+		if !ok || cl.Closed() {
+			continue
+		}
+		if sub, ok := cl.State.Subscriptions.Get(g.key); ok {
+			return cl, sub, true
+		}
+	}
+	return nil, packets.Subscription{}, false
+}
+
+// commit commits, per partition, the lowest offset still owed.
+func (g *group) commit(ctx context.Context) {
+	offsets := g.committable()
+	if len(offsets) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	var failed error
+	g.client.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			failed = err
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if p.ErrorCode != 0 {
+					failed = errors.New("commit refused")
+				}
+			}
+		}
+	})
+	if failed != nil {
+		g.m.log.Debug("share group commit", "group", g.key, "err", failed)
+		return
+	}
+	g.committed(offsets)
+}
+
+// assigned, revoked and lost are kgo's rebalance callbacks.
+func (g *group) assigned(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+	g.assign(parts)
+	g.m.d.Metrics.Partitions.WithLabelValues(g.key).Set(float64(g.partitions()))
+}
+
+func (g *group) revoked(ctx context.Context, _ *kgo.Client, parts map[string][]int32) {
+	g.commit(ctx)
+	g.revoke(parts)
+	g.m.d.Metrics.Partitions.WithLabelValues(g.key).Set(float64(g.partitions()))
+}
+
+func (g *group) lost(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+	g.revoke(parts)
+	g.m.d.Metrics.Partitions.WithLabelValues(g.key).Set(float64(g.partitions()))
+}

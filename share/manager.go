@@ -1,0 +1,236 @@
+package share
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// Manager runs this instance's side of the share groups: it joins the
+// consumer group of each shared subscription with a live member here,
+// leaves it when the last one goes, and, as a hook of the embedded broker,
+// keeps the broker's own deliveries away from shared subscriptions and
+// hears the members' acknowledgements.
+type Manager struct {
+	mqtt.HookBase
+	cfg Config
+	d   Deps
+	log *slog.Logger
+
+	mu     sync.Mutex
+	groups map[string]*group               // "$share/{name}/{filter}" -> its group here
+	owed   map[string]map[uint16]*delivery // member client id -> packet id -> what it owes
+	closed bool
+}
+
+// New checks cfg and adds the Manager to d.Server as a hook; nothing is
+// joined until Run.
+func New(cfg Config, d Deps) (*Manager, error) {
+	if cfg.Every <= 0 {
+		cfg.Every = DefaultEvery
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := &Manager{cfg: cfg, d: d, log: d.Log.With("component", "share"),
+		groups: map[string]*group{}, owed: map[string]map[uint16]*delivery{}}
+	if err := d.Server.AddHook(m, nil); err != nil {
+		return nil, fmt.Errorf("share hook: %w", err)
+	}
+	return m, nil
+}
+
+// Run matches the live shared subscriptions every Config.Every until ctx
+// ends (Close leaves the groups).
+func (m *Manager) Run(ctx context.Context) error {
+	t := time.NewTicker(m.cfg.Every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		m.sync(ctx)
+	}
+}
+
+// Close leaves every group (committing what was acknowledged); what is
+// owed goes to the other instances' members.
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	m.closed = true
+	groups := m.groups
+	m.groups = map[string]*group{}
+	m.mu.Unlock()
+	for _, g := range groups {
+		g.stop(ctx)
+	}
+	return nil
+}
+
+// sync starts and stops groups after the live members, and gives each
+// the topics its filter draws from.
+func (m *Manager) sync(ctx context.Context) {
+	live := liveMembers(m.d.Server)
+	var stopped []*group
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	for key, g := range m.groups {
+		if _, ok := live[key]; !ok {
+			stopped = append(stopped, g)
+			delete(m.groups, key)
+		}
+	}
+	for key, members := range live {
+		g := m.groups[key]
+		if g == nil {
+			name, filter, _ := splitShared(key)
+			g = newGroup(m, key, name, filter, time.Now())
+			m.groups[key] = g
+		}
+		g.setMembers(members)
+	}
+	groups := make([]*group, 0, len(m.groups))
+	for _, g := range m.groups {
+		groups = append(groups, g)
+	}
+	m.mu.Unlock()
+	for _, g := range stopped {
+		g.stop(ctx)
+	}
+	for _, g := range groups {
+		topics, err := m.d.Match(ctx, map[string]time.Time{g.filter: g.since})
+		if err != nil {
+			m.log.Debug("shared subscription's topics not matched", "group", g.key, "err", err)
+			continue
+		}
+		if err := g.consume(ctx, topics); err != nil && ctx.Err() == nil {
+			m.log.Warn("share group not joined", "group", g.key, "kafka_group", g.id, "err", err)
+		}
+	}
+}
+
+// liveMembers are the connected clients of each shared subscription.
+func liveMembers(server *mqtt.Server) map[string][]string {
+	out := map[string][]string{}
+	for _, cl := range server.Clients.GetAll() {
+		if cl.Net.Inline || cl.Closed() {
+			continue
+		}
+		for f := range cl.State.Subscriptions.GetAll() {
+			if _, _, ok := splitShared(f); ok {
+				out[f] = append(out[f], cl.ID)
+			}
+		}
+	}
+	for _, ids := range out {
+		slices.Sort(ids)
+	}
+	return out
+}
+
+// owe records that member id owes the acknowledgement of packet id pid
+// for d.
+func (m *Manager) owe(id string, pid uint16, d *delivery) {
+	m.mu.Lock()
+	ids := m.owed[id]
+	if ids == nil {
+		ids = map[uint16]*delivery{}
+		m.owed[id] = ids
+	}
+	ids[pid] = d
+	m.mu.Unlock()
+}
+
+// take removes what member id owes under pid (all: every pid).
+func (m *Manager) take(id string, pid uint16, all bool) []*delivery {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ids := m.owed[id]
+	if ids == nil {
+		return nil
+	}
+	if all {
+		delete(m.owed, id)
+		out := make([]*delivery, 0, len(ids))
+		for _, d := range ids {
+			out = append(out, d)
+		}
+		return out
+	}
+	d, ok := ids[pid]
+	if !ok {
+		return nil
+	}
+	delete(ids, pid)
+	if len(ids) == 0 {
+		delete(m.owed, id)
+	}
+	return []*delivery{d}
+}
+
+// ID is the hook's name.
+func (m *Manager) ID() string { return "ferry-share" }
+
+// Provides names the hook's events.
+func (m *Manager) Provides(b byte) bool {
+	return bytes.Contains([]byte{mqtt.OnSelectSubscribers, mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.OnDisconnect}, []byte{b})
+}
+
+// OnSelectSubscribers takes the shared subscriptions out of the broker's
+// own deliveries: their messages come from the share groups. A topic Ferry
+// does not write to Kafka keeps the broker's choice of a member here.
+func (m *Manager) OnSelectSubscribers(subs *mqtt.Subscribers, pk packets.Packet) *mqtt.Subscribers {
+	if len(subs.Shared) == 0 || m.d.Topics.Excluded(pk.TopicName) {
+		return subs
+	}
+	subs.Shared = map[string]map[string]packets.Subscription{}
+	subs.SharedSelected = map[string]packets.Subscription{}
+	return subs
+}
+
+// OnQosComplete: a member acknowledged a delivery (PUBACK, or PUBCOMP
+// for QoS 2).
+func (m *Manager) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
+	t := pk.FixedHeader.Type
+	if (t != packets.Puback && t != packets.Pubcomp) || pk.Created != 0 {
+		return // mochi's own acknowledgements of a client's publishes
+	}
+	for _, d := range m.take(cl.ID, pk.PacketID, false) {
+		d.g.acked(d)
+	}
+}
+
+// OnQosDropped: mochi gave a delivery up unacknowledged (its expiry): it
+// goes to a member again. A PUBREC with an error code is the member's
+// answer: acknowledged.
+func (m *Manager) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
+	switch pk.FixedHeader.Type {
+	case packets.Publish:
+		for _, d := range m.take(cl.ID, pk.PacketID, false) {
+			d.g.handBack(d)
+		}
+	case packets.Pubrec, packets.Pubrel:
+		for _, d := range m.take(cl.ID, pk.PacketID, false) {
+			d.g.acked(d)
+		}
+	}
+}
+
+// OnDisconnect: a member went; what it owed goes to another member.
+func (m *Manager) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
+	for _, d := range m.take(cl.ID, 0, true) {
+		d.g.handBack(d)
+	}
+}
