@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
 	pahov3 "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/ferry-bridge/ferry/internal/kafkatest"
 )
 
 // Shared subscriptions across instances (package share): each message to
@@ -232,4 +235,104 @@ func TestSharedSubscriptionSessionResumes(t *testing.T) {
 	c2 := connectV5(t, in[1].MQTTAddr(), id, persistent, handler)
 	defer c2.Disconnect(&paho.Disconnect{})
 	waitCovered(t, n, 60*time.Second, &got)
+}
+
+// TestSharedSubscriptionInstanceKilled: members on processes A and B, a
+// publisher on C sending 400 QoS 1 messages; A is killed with SIGKILL
+// after 150. Kafka drops A from the group after share.session_timeout
+// (6 s here) and B reads A's partitions from their committed offsets:
+// every message reaches a member (what A's member had and A had not
+// committed comes again), and A's partitions are delivered again within
+// the session timeout and a bounded margin.
+func TestSharedSubscriptionInstanceKilled(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	run := randHex(3)
+	env := func(inst string) []string {
+		return []string{"FERRY_KAFKA_BROKERS=" + brokers, "FERRY_INSTANCE_ID=shk" + inst + "-" + run,
+			"FERRY_SHARE_SESSION_TIMEOUT=6s"}
+	}
+	a, b, c := startFerry(t, "a", "", env("a")...), startFerry(t, "b", "", env("b")...), startFerry(t, "c", "", env("c")...)
+	const n, topics = 400, 8
+	pub := connectPaho(t, c.MQTTAddr, "shkpub-"+run)
+	names := shareTopics(t, pub, "shk"+run, topics)
+	key := "$share/g" + run + "/shk" + run + "/+"
+	type arrival struct {
+		at time.Time
+		on int
+	}
+	var mu sync.Mutex
+	arrivals := map[int][]arrival{}
+	member := func(p *ferryProcess, on int) {
+		connectPaho(t, p.MQTTAddr, fmt.Sprintf("shkm%d-%s", on, run), func(o *pahov3.ClientOptions) {
+			o.SetDefaultPublishHandler(func(_ pahov3.Client, m pahov3.Message) {
+				if i, err := strconv.Atoi(string(m.Payload())); err == nil {
+					mu.Lock()
+					arrivals[i] = append(arrivals[i], arrival{time.Now(), on})
+					mu.Unlock()
+				}
+			})
+		}).Subscribe(key, 1, nil).WaitTimeout(10 * time.Second)
+	}
+	member(a, 0)
+	member(b, 1)
+	series := `ferry_share_partitions{group="` + key + `"}`
+	waitFor(t, 60*time.Second, "the group's partitions split between A and B", func() bool {
+		pa, pb := a.metric(series), b.metric(series)
+		return pa >= 1 && pb >= 1 && pa+pb == topics
+	})
+	var killed time.Time
+	for i := range n {
+		if i == 150 {
+			a.kill9()
+			killed = time.Now()
+		}
+		if tok := pub.Publish(names[i%topics], 1, false, strconv.Itoa(i)); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish %d: %v", i, tok.Error())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	ofA := map[int]bool{} // topics A's member had messages of
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		mu.Lock()
+		missing := []int{}
+		for i := range n {
+			if len(arrivals[i]) == 0 {
+				missing = append(missing, i)
+			}
+		}
+		for i, as := range arrivals {
+			if as[0].on == 0 {
+				ofA[i%topics] = true
+			}
+		}
+		mu.Unlock()
+		if len(missing) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d messages never reached a member: %v", len(missing), n, missing[:min(len(missing), 20)])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var back time.Time // the first delivery on B of one of A's topics after the kill
+	dups := 0
+	for i, as := range arrivals {
+		dups += len(as) - 1
+		for _, ar := range as {
+			if ar.on == 1 && ofA[i%topics] && ar.at.After(killed) && (back.IsZero() || ar.at.Before(back)) {
+				back = ar.at
+			}
+		}
+	}
+	took := back.Sub(killed)
+	t.Logf("A's %d topics delivered again by B %v after the kill (session timeout 6s); %d duplicates", len(ofA), took, dups)
+	if len(ofA) == 0 || back.IsZero() {
+		t.Fatal("A's member had nothing before the kill, or B never took A's partitions over")
+	}
+	if took > 6*time.Second+10*time.Second {
+		t.Fatalf("A's partitions delivered again %v after the kill, want within the session timeout (6s) and a margin", took)
+	}
 }

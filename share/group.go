@@ -30,14 +30,12 @@ type group struct {
 	state // under state.mu
 }
 
-// readSlack reads a new group's partitions from a little before its first
-// member was seen: the subscription's SUBACK came up to Config.Every
-// before, and a record's time may lag its append by up to a second.
-const readSlack = 2 * time.Second
-
-func newGroup(m *Manager, key, name, filter string, seen time.Time) *group {
+// newGroup makes the group of shared subscription key, reading the
+// partitions it has no commit for from since (the first member's
+// SUBSCRIBE here).
+func newGroup(m *Manager, key, name, filter string, since time.Time) *group {
 	g := &group{m: m, key: key, name: name, filter: filter, id: GroupName(name, filter),
-		since: seen.Add(-readSlack), topics: map[string]bool{}, wake: make(chan struct{}, 1),
+		since: since, topics: map[string]bool{}, wake: make(chan struct{}, 1),
 		conv: reverse.Converter{Topics: m.d.Topics, MaxPacketSize: m.cfg.MaxPacketSize}}
 	g.state.init()
 	return g

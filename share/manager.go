@@ -27,6 +27,7 @@ type Manager struct {
 	mu     sync.Mutex
 	groups map[string]*group               // "$share/{name}/{filter}" -> its group here
 	owed   map[string]map[uint16]*delivery // member client id -> packet id -> what it owes
+	since  map[string]time.Time            // shared subscription -> when its first member here subscribed
 	closed bool
 }
 
@@ -40,7 +41,7 @@ func New(cfg Config, d Deps) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{cfg: cfg, d: d, log: d.Log.With("component", "share"),
-		groups: map[string]*group{}, owed: map[string]map[uint16]*delivery{}}
+		groups: map[string]*group{}, owed: map[string]map[uint16]*delivery{}, since: map[string]time.Time{}}
 	if err := d.Server.AddHook(m, nil); err != nil {
 		return nil, fmt.Errorf("share hook: %w", err)
 	}
@@ -92,11 +93,21 @@ func (m *Manager) sync(ctx context.Context) {
 			delete(m.groups, key)
 		}
 	}
+	for key := range m.since {
+		if _, ok := live[key]; !ok && time.Since(m.since[key]) > 10*m.cfg.Every {
+			delete(m.since, key) // subscribed and gone between two rounds
+		}
+	}
 	for key, members := range live {
 		g := m.groups[key]
 		if g == nil {
 			name, filter, _ := splitShared(key)
-			g = newGroup(m, key, name, filter, time.Now())
+			since, ok := m.since[key]
+			if !ok {
+				since = time.Now().Add(-m.cfg.Every) // subscribed before this Manager saw it
+			}
+			delete(m.since, key)
+			g = newGroup(m, key, name, filter, since)
 			m.groups[key] = g
 		}
 		g.setMembers(members)
@@ -185,7 +196,23 @@ func (m *Manager) ID() string { return "ferry-share" }
 
 // Provides names the hook's events.
 func (m *Manager) Provides(b byte) bool {
-	return bytes.Contains([]byte{mqtt.OnSelectSubscribers, mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.OnDisconnect}, []byte{b})
+	return bytes.Contains([]byte{mqtt.OnSelectSubscribers, mqtt.OnSubscribed, mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.OnDisconnect}, []byte{b})
+}
+
+// OnSubscribed notes when a shared subscription got its first member
+// here: a new group reads its partitions without a commit from then on.
+func (m *Manager) OnSubscribed(_ *mqtt.Client, pk packets.Packet, codes []byte) {
+	now := time.Now()
+	for i, f := range pk.Filters {
+		if _, _, ok := splitShared(f.Filter); !ok || i >= len(codes) || codes[i] >= 0x80 {
+			continue
+		}
+		m.mu.Lock()
+		if _, ok := m.since[f.Filter]; !ok && m.groups[f.Filter] == nil {
+			m.since[f.Filter] = now
+		}
+		m.mu.Unlock()
+	}
 }
 
 // OnSelectSubscribers takes the shared subscriptions out of the broker's
