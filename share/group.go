@@ -18,6 +18,7 @@ import (
 type group struct {
 	m                     *Manager
 	key, name, filter, id string
+	origin                string    // its deliveries' packet origin (Manager.publish)
 	since                 time.Time // records are read from it in partitions without a commit
 
 	client *kgo.Client // nil until the filter's topics are known
@@ -34,7 +35,7 @@ type group struct {
 // partitions it has no commit for from since (the first member's
 // SUBSCRIBE here).
 func newGroup(m *Manager, key, name, filter string, since time.Time) *group {
-	g := &group{m: m, key: key, name: name, filter: filter, id: GroupName(name, filter),
+	g := &group{m: m, key: key, name: name, filter: filter, id: GroupName(name, filter), origin: "ferry-share/" + key,
 		since: since, topics: map[string]bool{}, wake: make(chan struct{}, 1),
 		conv: reverse.Converter{Topics: m.d.Topics, MaxPacketSize: m.cfg.MaxPacketSize}}
 	g.state.init()
@@ -184,13 +185,12 @@ func (g *group) deliver(ctx context.Context, rec *kgo.Record, again *delivery) b
 			}
 			continue
 		}
-		out, err := g.m.d.Server.PublishToClient(cl, sub, cv.Packet)
+		d := again
+		if d == nil {
+			d = &delivery{g: g, rec: rec, part: part}
+		}
+		out, err := g.m.publish(cl, sub, cv.Packet, d)
 		if err != nil {
-			if out.FixedHeader.Qos > 0 && out.PacketID != 0 && errors.Is(err, packets.CodeDisconnect) {
-				// In flight for a closed connection: the member went; it is
-				// not owed by it (OnDisconnect may have run already).
-				cl.State.Inflight.Delete(out.PacketID)
-			}
 			g.full(cl.ID)
 			continue
 		}
@@ -198,21 +198,15 @@ func (g *group) deliver(ctx context.Context, rec *kgo.Record, again *delivery) b
 		if again != nil {
 			g.m.d.Metrics.Redelivered.WithLabelValues(g.key).Inc()
 		}
-		if out.FixedHeader.Qos == 0 {
-			if again == nil {
-				g.handedOut(part, rec, false)
-			} else {
-				g.settle(again)
-			}
-			return true
-		}
-		d := again
-		if d == nil {
-			d = &delivery{g: g, rec: rec, part: part}
+		switch {
+		case out.FixedHeader.Qos > 0 && again == nil:
 			g.handedOut(part, rec, true)
+		case out.FixedHeader.Qos > 0: // owed again, by its new member
+		case again == nil:
+			g.handedOut(part, rec, false)
+		default:
+			g.settle(again)
 		}
-		g.owedBy(cl.ID, d)
-		g.m.owe(cl.ID, out.PacketID, d)
 		return true
 	}
 	return false

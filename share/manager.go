@@ -24,11 +24,14 @@ type Manager struct {
 	d   Deps
 	log *slog.Logger
 
-	mu     sync.Mutex
-	groups map[string]*group               // "$share/{name}/{filter}" -> its group here
-	owed   map[string]map[uint16]*delivery // member client id -> packet id -> what it owes
-	since  map[string]time.Time            // shared subscription -> when its first member here subscribed
-	closed bool
+	syncMu sync.Mutex // one sync or Close at a time
+
+	mu      sync.Mutex
+	sending map[string]*delivery            // origin + member id -> the delivery being put in flight (OnQosPublish)
+	groups  map[string]*group               // "$share/{name}/{filter}" -> its group here
+	owed    map[string]map[uint16]*delivery // member client id -> packet id -> what it owes
+	since   map[string]time.Time            // shared subscription -> when its first member here subscribed
+	closed  bool
 }
 
 // New checks cfg and adds the Manager to d.Server as a hook; nothing is
@@ -41,7 +44,8 @@ func New(cfg Config, d Deps) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{cfg: cfg, d: d, log: d.Log.With("component", "share"),
-		groups: map[string]*group{}, owed: map[string]map[uint16]*delivery{}, since: map[string]time.Time{}}
+		groups: map[string]*group{}, owed: map[string]map[uint16]*delivery{}, since: map[string]time.Time{},
+		sending: map[string]*delivery{}}
 	if err := d.Server.AddHook(m, nil); err != nil {
 		return nil, fmt.Errorf("share hook: %w", err)
 	}
@@ -66,6 +70,8 @@ func (m *Manager) Run(ctx context.Context) error {
 // Close leaves every group (committing what was acknowledged); what is
 // owed goes to the other instances' members.
 func (m *Manager) Close(ctx context.Context) error {
+	m.syncMu.Lock()
+	defer m.syncMu.Unlock()
 	m.mu.Lock()
 	m.closed = true
 	groups := m.groups
@@ -80,6 +86,9 @@ func (m *Manager) Close(ctx context.Context) error {
 // sync starts and stops groups after the live members, and gives each
 // the topics its filter draws from.
 func (m *Manager) sync(ctx context.Context) {
+	m.syncMu.Lock()
+	defer m.syncMu.Unlock()
+	m.sweep()
 	live := liveMembers(m.d.Server)
 	var stopped []*group
 	m.mu.Lock()
@@ -151,17 +160,67 @@ func liveMembers(server *mqtt.Server) map[string][]string {
 	return out
 }
 
-// owe records that member id owes the acknowledgement of packet id pid
-// for d.
-func (m *Manager) owe(id string, pid uint16, d *delivery) {
+// publish puts d in flight to member cl under sub: what it owes is
+// recorded when mochi gives the packet its id (OnQosPublish), before it
+// is written, so an acknowledgement can never come first.
+func (m *Manager) publish(cl *mqtt.Client, sub packets.Subscription, pk packets.Packet, d *delivery) (packets.Packet, error) {
+	pk.Origin = d.g.origin
+	k := d.g.origin + "\x00" + cl.ID
 	m.mu.Lock()
-	ids := m.owed[id]
-	if ids == nil {
-		ids = map[uint16]*delivery{}
-		m.owed[id] = ids
-	}
-	ids[pid] = d
+	m.sending[k] = d
 	m.mu.Unlock()
+	out, err := m.d.Server.PublishToClient(cl, sub, pk)
+	m.mu.Lock()
+	delete(m.sending, k)
+	m.mu.Unlock()
+	if err != nil && out.PacketID != 0 {
+		// Not queued for the member (mochi took it out of flight, or the
+		// connection is closed): not owed by it.
+		for _, d := range m.take(cl.ID, out.PacketID, false) {
+			d.g.release(d)
+		}
+	}
+	return out, err
+}
+
+// OnQosPublish records what a member owes for a share group's delivery
+// mochi has just put in flight.
+func (m *Manager) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, resends int) {
+	if resends > 0 || pk.Origin == "" {
+		return
+	}
+	m.mu.Lock()
+	d := m.sending[pk.Origin+"\x00"+cl.ID]
+	if d != nil {
+		ids := m.owed[cl.ID]
+		if ids == nil {
+			ids = map[uint16]*delivery{}
+			m.owed[cl.ID] = ids
+		}
+		ids[pk.PacketID] = d
+	}
+	m.mu.Unlock()
+	if d != nil {
+		d.g.owedBy(cl.ID, d)
+	}
+}
+
+// sweep hands back what members that are gone still owe (one that went
+// while a delivery to it was being put in flight).
+func (m *Manager) sweep() {
+	m.mu.Lock()
+	var gone []string
+	for id := range m.owed {
+		if cl, ok := m.d.Server.Clients.Get(id); !ok || cl.Closed() {
+			gone = append(gone, id)
+		}
+	}
+	m.mu.Unlock()
+	for _, id := range gone {
+		for _, d := range m.take(id, 0, true) {
+			d.g.handBack(d)
+		}
+	}
 }
 
 // take removes what member id owes under pid (all: every pid).
@@ -196,7 +255,7 @@ func (m *Manager) ID() string { return "ferry-share" }
 
 // Provides names the hook's events.
 func (m *Manager) Provides(b byte) bool {
-	return bytes.Contains([]byte{mqtt.OnSelectSubscribers, mqtt.OnSubscribed, mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.OnDisconnect}, []byte{b})
+	return bytes.Contains([]byte{mqtt.OnSelectSubscribers, mqtt.OnSubscribed, mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.OnDisconnect}, []byte{b})
 }
 
 // OnSubscribed notes when a shared subscription got its first member

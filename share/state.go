@@ -123,7 +123,14 @@ func (g *group) owedBy(id string, d *delivery) {
 	g.mu.Unlock()
 }
 
-// release takes d off its member's load; under mu.
+// release takes d off its member's load (it was not queued for it).
+func (g *group) release(d *delivery) {
+	g.mu.Lock()
+	g.releaseLocked(d)
+	g.mu.Unlock()
+}
+
+// releaseLocked takes d off its member's load; under mu.
 func (g *group) releaseLocked(d *delivery) {
 	if d.member == "" {
 		return
