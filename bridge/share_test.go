@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -334,5 +335,38 @@ func TestSharedSubscriptionInstanceKilled(t *testing.T) {
 	}
 	if took > 6*time.Second+10*time.Second {
 		t.Fatalf("A's partitions delivered again %v after the kill, want within the session timeout (6s) and a margin", took)
+	}
+}
+
+// TestSharedSubscriptionACLDenied: the only member's read ACL denies one
+// topic its shared filter covers. That topic's messages are not owed to
+// it (as to a plain subscriber) and do not stop the group: a message of
+// another topic published after them arrives.
+func TestSharedSubscriptionACLDenied(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	tag := randHex(4)
+	prefix := "sd" + tag
+	cfg := testConfig(brokers)
+	cfg.MQTT.Anonymous = ACL{DenySubscribe: []string{prefix + "/secret"}}
+	b := startBridge(t, cfg)
+	pub := connectPaho(t, b.MQTTAddr(), "sdpub-"+tag)
+	names := []string{prefix + "/secret", prefix + "/ok"}
+	for _, name := range names {
+		if tok := pub.Publish(name, 1, false, "w"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("warm-up publish: %v", tok.Error())
+		}
+	}
+	key := "$share/g" + tag + "/" + prefix + "/+"
+	var got seqCollector
+	shareMember(t, b, "sdm-"+tag, key, 1, &got)
+	waitSplit(t, key, 2, b)
+	for i, name := range []string{names[0], names[0], names[1]} {
+		if tok := pub.Publish(name, 1, false, strconv.Itoa(i)); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish %d: %v", i, tok.Error())
+		}
+	}
+	waitFor(t, 20*time.Second, "the allowed topic's message", func() bool { return slices.Contains(got.snapshot(), 2) })
+	if s := got.snapshot(); slices.Contains(s, 0) || slices.Contains(s, 1) {
+		t.Fatalf("the member got a message its ACL denies: %v", s)
 	}
 }

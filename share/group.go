@@ -175,8 +175,19 @@ func (g *group) deliver(ctx context.Context, rec *kgo.Record, again *delivery) b
 		}
 		return true
 	}
+	var denied map[string]bool // members whose read ACL refuses the topic
 	for ctx.Err() == nil {
-		cl, sub, ok := g.pick()
+		cl, sub, ok := g.pick(denied)
+		if !ok && len(denied) > 0 && g.allOf(denied) {
+			// No member may read it: nobody is owed it (as a plain
+			// subscriber whose ACL denies a topic is not).
+			if again == nil {
+				g.handedOut(part, rec, false)
+			} else {
+				g.settle(again)
+			}
+			return true
+		}
 		if !ok {
 			select {
 			case <-ctx.Done():
@@ -190,6 +201,13 @@ func (g *group) deliver(ctx context.Context, rec *kgo.Record, again *delivery) b
 			d = &delivery{g: g, rec: rec, part: part}
 		}
 		out, err := g.m.publish(cl, sub, cv.Packet, d)
+		if errors.Is(err, packets.ErrNotAuthorized) {
+			if denied == nil {
+				denied = map[string]bool{}
+			}
+			denied[cl.ID] = true
+			continue
+		}
 		if err != nil {
 			g.full(cl.ID)
 			continue
@@ -213,9 +231,12 @@ func (g *group) deliver(ctx context.Context, rec *kgo.Record, again *delivery) b
 }
 
 // pick returns the live member with the fewest deliveries owed, under
-// MaxInflight, and its subscription.
-func (g *group) pick() (*mqtt.Client, packets.Subscription, bool) {
+// MaxInflight and not denied, and its subscription.
+func (g *group) pick(denied map[string]bool) (*mqtt.Client, packets.Subscription, bool) {
 	for _, id := range g.candidates(g.m.cfg.MaxInflight) {
+		if denied[id] {
+			continue
+		}
 		cl, ok := g.m.d.Server.Clients.Get(id)
 		if !ok || cl.Closed() {
 			continue

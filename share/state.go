@@ -91,6 +91,18 @@ func (g *group) candidates(limit int) []string {
 	return out
 }
 
+// allOf reports whether every live member is in ids.
+func (g *group) allOf(ids map[string]bool) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, id := range g.members {
+		if !ids[id] {
+			return false
+		}
+	}
+	return true
+}
+
 // full passes member id over for a moment.
 func (g *group) full(id string) {
 	g.mu.Lock()

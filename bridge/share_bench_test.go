@@ -1,0 +1,149 @@
+package bridge
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	pahov3 "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/ferry-bridge/ferry/internal/kafkatest"
+)
+
+// BenchmarkShareGroup: one shared subscription with 10 QoS 1 members
+// spread over three instances (4, 3, 3) on the real Kafka, 8 topics.
+// First the delivery latency at 1,000 msg/s for 5 s from one publisher
+// (p50/p99/max, publish call to a member's handler), then the throughput
+// of b.N messages (at least 20,000) from 4 publishers, from the first
+// publish to the last delivery. The publishers and members run in this
+// process, beside the three instances and Kafka: on a small machine they
+// are part of what is measured.
+//
+//	go test -run '^$' -bench ShareGroup -benchtime 40000x ./bridge/
+func BenchmarkShareGroup(b *testing.B) {
+	brokers := kafkatest.Brokers(b)
+	tag := randHex(4)
+	var in [3]*Bridge
+	for i := range in {
+		cfg := testConfig(brokers)
+		cfg.State.SessionsTopic, cfg.State.RetainedTopic, cfg.State.Partitions = "_ferry_sessions_sb"+tag, "_ferry_retained_sb"+tag, 3
+		in[i] = startBridge(b, cfg)
+	}
+	const topics = 8
+	names := make([]string, topics)
+	warm := connectPaho(b, in[0].MQTTAddr(), "sbwarm-"+tag)
+	for i := range names {
+		names[i] = fmt.Sprintf("sb%s/%d", tag, i)
+		warm.Publish(names[i], 1, false, "w").WaitTimeout(10 * time.Second)
+	}
+	key := "$share/g" + tag + "/sb" + tag + "/+"
+	var (
+		mu        sync.Mutex
+		latencies []time.Duration
+		measuring atomic.Bool
+		received  atomic.Int64
+	)
+	for m := range 10 {
+		inst := in[m%3]
+		if m == 9 {
+			inst = in[0]
+		}
+		c := connectPaho(b, inst.MQTTAddr(), fmt.Sprintf("sbm%d-%s", m, tag), func(o *pahov3.ClientOptions) {
+			o.SetDefaultPublishHandler(func(_ pahov3.Client, msg pahov3.Message) {
+				p := msg.Payload()
+				if len(p) < 8 {
+					return
+				}
+				received.Add(1)
+				if measuring.Load() {
+					d := time.Since(time.Unix(0, int64(binary.BigEndian.Uint64(p))))
+					mu.Lock()
+					latencies = append(latencies, d)
+					mu.Unlock()
+				}
+			})
+		})
+		c.Subscribe(key, 1, nil).WaitTimeout(10 * time.Second)
+	}
+	waitFor(b, 60*time.Second, "the partitions split among the three instances", func() bool {
+		sum := 0.0
+		for _, x := range in {
+			p := metricValue(b, x, "ferry_share_partitions", map[string]string{"group": key})
+			if p < 1 {
+				return false
+			}
+			sum += p
+		}
+		return sum == topics
+	})
+	payload := func(i int) []byte {
+		p := make([]byte, 12)
+		binary.BigEndian.PutUint64(p, uint64(time.Now().UnixNano()))
+		binary.BigEndian.PutUint32(p[8:], uint32(i))
+		return p
+	}
+	waitReceived := func(n int64, what string) {
+		waitFor(b, 120*time.Second, what, func() bool { return received.Load() >= n })
+	}
+
+	// Latency at 1,000 msg/s.
+	pub := connectPaho(b, in[0].MQTTAddr(), "sbpub-"+tag)
+	base := received.Load()
+	measuring.Store(true)
+	const rate, secs = 1000, 5
+	tick := time.NewTicker(time.Second / rate)
+	var toks []pahov3.Token
+	for i := range rate * secs {
+		<-tick.C
+		toks = append(toks, pub.Publish(names[i%topics], 1, false, payload(i)))
+	}
+	tick.Stop()
+	for _, t := range toks {
+		t.WaitTimeout(10 * time.Second)
+	}
+	waitReceived(base+rate*secs, "every message of the latency run")
+	measuring.Store(false)
+	mu.Lock()
+	slices.Sort(latencies)
+	q := func(f float64) float64 { return float64(latencies[int(f*float64(len(latencies)-1))].Microseconds()) / 1000 }
+	b.ReportMetric(q(0.5), "p50-ms")
+	b.ReportMetric(q(0.99), "p99-ms")
+	b.ReportMetric(float64(latencies[len(latencies)-1].Microseconds())/1000, "max-ms")
+	mu.Unlock()
+
+	// Throughput.
+	n := max(b.N, 20000)
+	pubs := make([]pahov3.Client, 4)
+	for i := range pubs {
+		pubs[i] = connectPaho(b, in[i%3].MQTTAddr(), fmt.Sprintf("sbtp%d-%s", i, tag))
+	}
+	base = received.Load()
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range pubs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var last pahov3.Token
+			for i := w; i < n; i += len(pubs) {
+				last = pubs[w].Publish(names[i%topics], 1, false, payload(i))
+				if i%256 == w {
+					last.WaitTimeout(10 * time.Second) // a window of about 256 in flight
+				}
+			}
+			if last != nil {
+				last.WaitTimeout(30 * time.Second)
+			}
+		}()
+	}
+	wg.Wait()
+	waitReceived(base+int64(n), "every message of the throughput run")
+	took := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(n)/took.Seconds(), "msg/s")
+}
