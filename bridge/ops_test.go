@@ -31,6 +31,7 @@ import (
 
 	"github.com/ferry-bridge/ferry/internal/kafkatest"
 	"github.com/ferry-bridge/ferry/internal/testhelp"
+	"github.com/ferry-bridge/ferry/share"
 )
 
 // ---------------------------------------------------------------- certificates
@@ -367,13 +368,23 @@ var documentedMetrics = []string{
 	"ferry_demand_published_total",
 	"ferry_demand_skipped_total",
 	"ferry_demand_consumer_lag",
+	"ferry_share_members",
+	"ferry_share_partitions",
+	"ferry_share_lag",
+	"ferry_share_delivered_total",
+	"ferry_share_redelivered_total",
 }
 
 // labelledOnly are vectors that have no series until a first event (their
 // label values are not known in advance).
 var labelledOnly = map[string]bool{
-	"ferry_reverse_consumer_lag": true,
-	"ferry_demand_consumer_lag":  true,
+	"ferry_reverse_consumer_lag":    true,
+	"ferry_demand_consumer_lag":     true,
+	"ferry_share_members":           true, // per shared subscription (package share)
+	"ferry_share_partitions":        true,
+	"ferry_share_lag":               true,
+	"ferry_share_delivered_total":   true,
+	"ferry_share_redelivered_total": true,
 }
 
 // TestMetricsDocumented: the README's metrics list is exactly the set the
@@ -391,6 +402,16 @@ func TestMetricsDocumented(t *testing.T) {
 	m.reverseSkipped.WithLabelValues("x").Inc()
 	m.reverseLag.WithLabelValues("t", "0").Set(1)
 	m.demandLag.WithLabelValues("t", "0").Set(1)
+	// The shared subscriptions' series, as startShare registers them.
+	sm := share.NewMetrics()
+	for _, c := range sm.Collectors() {
+		reg.MustRegister(c)
+	}
+	sm.Members.WithLabelValues("$share/g/f").Set(1)
+	sm.Partitions.WithLabelValues("$share/g/f").Set(1)
+	sm.Lag.WithLabelValues("$share/g/f").Set(0)
+	sm.Delivered.WithLabelValues("$share/g/f").Inc()
+	sm.Redelivered.WithLabelValues("$share/g/f").Inc()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

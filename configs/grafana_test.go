@@ -105,7 +105,9 @@ func exported(t *testing.T, b *bridge.Bridge) map[string]map[string]bool {
 // first's embedded Kafka so that the reverse path publishes, skips its own
 // records and reports its lag; publishes to an unmappable topic are dropped
 // (QoS 0) and refused (QoS 1): "//dash" would map to a Kafka name starting
-// with "__", which Kafka reserves.
+// with "__", which Kafka reserves. A shared subscription on the second
+// bridge gets a message its first member leaves unacknowledged, so that a
+// second member gets it again (exerciseShare).
 func exerciseBridge(t *testing.T) *bridge.Bridge {
 	t.Helper()
 	const mqttTopic, kafkaTopic = "/dash/t", "_dash_t"
@@ -138,12 +140,14 @@ func exerciseBridge(t *testing.T) *bridge.Bridge {
 	}
 	_ = pub(b, "//dash", 0)
 	_ = pub(b, "//dash", 1) // refused: a v3.1.1 client is disconnected
+	exerciseShare(t, b, func() error { return pub(a, "dash/s", 1) })
 	var missing []string
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		m := exported(t, b)
 		missing = missing[:0]
-		for _, name := range []string{"ferry_reverse_consumer_lag", "ferry_reverse_skipped_total", "ferry_dropped_total", "ferry_mqtt_nacks_total"} {
+		for _, name := range []string{"ferry_reverse_consumer_lag", "ferry_reverse_skipped_total", "ferry_dropped_total", "ferry_mqtt_nacks_total",
+			"ferry_share_members", "ferry_share_partitions", "ferry_share_lag", "ferry_share_delivered_total", "ferry_share_redelivered_total"} {
 			if m[name] == nil {
 				missing = append(missing, name)
 			}
@@ -157,6 +161,66 @@ func exerciseBridge(t *testing.T) *bridge.Bridge {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return b
+}
+
+// exerciseShare gives b a shared subscription ($share/dash/dash/s) with a
+// series in every ferry_share_* family: a first member that acknowledges
+// nothing gets a message published with pub (on another bridge: b reads it
+// from Kafka through the share group); a second member joins, and once b
+// counts both the first leaves, so that the message goes to the second
+// again. The second member stays connected until the test ends (the
+// gauges' series go with the last member).
+func exerciseShare(t *testing.T, b *bridge.Bridge, pub func() error) {
+	t.Helper()
+	const key = "$share/dash/dash/s"
+	if err := pub(); err != nil { // the Kafka topic exists from here on
+		t.Fatal(err)
+	}
+	member := func(id string, autoAck bool, got chan<- struct{}) paho.Client {
+		o := paho.NewClientOptions().AddBroker("tcp://" + b.MQTTAddr()).SetClientID(id).
+			SetAutoReconnect(false).SetConnectTimeout(5 * time.Second).SetAutoAckDisabled(!autoAck)
+		o.SetDefaultPublishHandler(func(paho.Client, paho.Message) {
+			select {
+			case got <- struct{}{}:
+			default:
+			}
+		})
+		c := paho.NewClient(o)
+		if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("connect %s: %v", id, tok.Error())
+		}
+		if tok := c.Subscribe(key, 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("subscribe %s: %v", key, tok.Error())
+		}
+		return c
+	}
+	series := func(name string) string { return name + `{group="` + key + `"} ` }
+	first, second := make(chan struct{}, 1), make(chan struct{}, 1)
+	a := member("dash-share-a", false, first)
+	poll(t, 30*time.Second, "the share group's partitions assigned", func() bool {
+		_, body := httpGet(t, "http://"+b.HTTPAddr()+"/metrics")
+		return strings.Contains(body, series("ferry_share_partitions")) && !strings.Contains(body, series("ferry_share_partitions")+"0\n")
+	})
+	if err := pub(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-first:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the shared subscription's first member got nothing within 30s")
+	}
+	c := member("dash-share-b", true, second)
+	t.Cleanup(func() { c.Disconnect(50) })
+	poll(t, 10*time.Second, "both members counted", func() bool {
+		_, body := httpGet(t, "http://"+b.HTTPAddr()+"/metrics")
+		return strings.Contains(body, series("ferry_share_members")+"2\n")
+	})
+	a.Disconnect(0) // what it did not acknowledge goes to the second member
+	select {
+	case <-second:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the shared subscription's second member got nothing within 30s")
+	}
 }
 
 type dashboard struct {
