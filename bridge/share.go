@@ -20,6 +20,6 @@ func (b *Bridge) startShare(brokers []string) (err error) {
 	b.share, err = share.New(share.Config{Brokers: brokers, InstanceID: b.cfg.Instance.ID,
 		SessionTimeout: b.cfg.Share.SessionTimeout, MaxInflight: b.cfg.Share.MaxInflight,
 		MaxPacketSize: b.cfg.MQTT.MaxPacketSize, ReadUncommitted: b.cfg.Kafka.IsolationLevel == readUncommitted},
-		share.Deps{Log: b.log, Server: b.server, Topics: b.tm, Match: b.stateEngine.DemandTopics, KafkaOpts: sec, Metrics: m})
+		share.Deps{Log: b.log, Server: b.server, Topics: b.tm, Match: b.stateEngine.ShareTopics, KafkaOpts: sec, Metrics: m})
 	return err
 }

@@ -12,7 +12,11 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	pahov3 "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/ferry-bridge/ferry/internal/kafkatest"
+	"github.com/ferry-bridge/ferry/topicmap"
 )
 
 // Shared subscriptions across instances (package share): each message to
@@ -368,5 +372,47 @@ func TestSharedSubscriptionACLDenied(t *testing.T) {
 	waitFor(t, 20*time.Second, "the allowed topic's message", func() bool { return slices.Contains(got.snapshot(), 2) })
 	if s := got.snapshot(); slices.Contains(s, 0) || slices.Contains(s, 1) {
 		t.Fatalf("the member got a message its ACL denies: %v", s)
+	}
+}
+
+// TestSharedSubscriptionReverseTopic: records a Kafka producer writes to a
+// reverse topic whose name does not decode to its MQTT topic (a reverse
+// rule maps it) reach a shared subscription: each once, across the two
+// instances with members, although both consume the topic for their plain
+// subscribers.
+func TestSharedSubscriptionReverseTopic(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	tag := randHex(4)
+	k, m := "ferrytest-events."+tag, "sv"+tag+"/events"
+	var in [2]*Bridge
+	for i := range in {
+		cfg := testConfig(brokers)
+		cfg.Reverse.Topics = []string{k}
+		cfg.Topics.Reverse = []topicmap.ReverseRule{{Kafka: k, MQTT: m}}
+		cfg.State.SessionsTopic, cfg.State.RetainedTopic = "_ferry_sessions_sv"+tag, "_ferry_retained_sv"+tag
+		in[i] = startBridge(t, cfg)
+	}
+	prod := kgoProducer(t, brokers)
+	if _, err := kadm.NewClient(prod).CreateTopic(context.Background(), 4, 1, nil, k); err != nil {
+		t.Fatal(err)
+	}
+	key := "$share/g" + tag + "/" + m
+	var got [2]seqCollector
+	for i := range in {
+		shareMember(t, in[i], fmt.Sprintf("svm%d-%s", i, tag), key, 1, &got[i])
+	}
+	waitSplit(t, key, 4, in[0], in[1])
+	const n = 100
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: k, Partition: int32(i % 4), Value: []byte(strconv.Itoa(i))}
+	}
+	produceAll(t, prod, recs)
+	waitCovered(t, n, 30*time.Second, &got[0], &got[1])
+	time.Sleep(500 * time.Millisecond)
+	for i, c := range counts(n, &got[0], &got[1]) {
+		if c != 1 {
+			t.Fatalf("record %d reached the group %d times, want once", i, c)
+		}
 	}
 }

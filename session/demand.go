@@ -38,3 +38,28 @@ func (e *Engine) DemandTopics(ctx context.Context, filters map[string]time.Time)
 	}
 	return out, nil
 }
+
+// ShareTopics is DemandTopics for a shared subscription's consumer group
+// (package share), which reads for every instance: the topics of
+// reverse.topics too (their records' MQTT topics come from the reverse
+// rules; the group leaves out those its filter does not match).
+func (e *Engine) ShareTopics(ctx context.Context, filters map[string]time.Time) (map[string]time.Time, error) {
+	r := e.hook.replays
+	idx, err := e.demandTopics.indexed(ctx, time.Now().Add(-e.demandTopics.maxAge), r.isReverse)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]time.Time{}
+	add := func(t string, since time.Time) {
+		if at, ok := out[t]; !ok || since.Before(at) {
+			out[t] = since
+		}
+	}
+	for f, since := range filters {
+		idx.matching(f, func(t string) { add(t, since) })
+		for _, t := range idx.reverse {
+			add(t, since)
+		}
+	}
+	return out, nil
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferry-bridge/ferry/reverse"
+	"github.com/ferry-bridge/ferry/topicmap"
 )
 
 // group is one shared subscription's consumer group member on this
@@ -169,6 +170,9 @@ func (g *group) deliver(ctx context.Context, rec *kgo.Record, again *delivery) b
 		return true
 	}
 	cv := g.conv.Convert(rec, "")
+	if cv.Skip == "" && !topicmap.MatchFilter(g.filter, cv.Packet.TopicName) {
+		cv.Skip = "not_matched" // a reverse topic's record for other subscriptions
+	}
 	if cv.Skip != "" {
 		if again == nil {
 			g.handedOut(part, rec, false)
