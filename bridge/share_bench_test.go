@@ -19,7 +19,9 @@ import (
 // First the delivery latency at 1,000 msg/s for 5 s from one publisher
 // (p50/p99/max, publish call to a member's handler), then the throughput
 // of b.N messages (at least 20,000) from 4 publishers, from the first
-// publish to the last delivery. The publishers and members run in this
+// publish to the last delivery (msg/s), beside the forward path's rate of
+// one instance with the same publishers (fwd-msg/s: all PUBACKs, nobody
+// subscribed) and their ratio (x-fwd). The publishers and members run in this
 // process, beside the three instances and Kafka: on a small machine they
 // are part of what is measured.
 //
@@ -87,7 +89,19 @@ func BenchmarkShareGroup(b *testing.B) {
 		return p
 	}
 	waitReceived := func(n int64, what string) {
-		waitFor(b, 120*time.Second, what, func() bool { return received.Load() >= n })
+		deadline := time.Now().Add(120 * time.Second)
+		for received.Load() < n {
+			if time.Now().After(deadline) {
+				for i, x := range in {
+					l := map[string]string{"group": key}
+					b.Logf("instance %d: partitions %.0f, lag %.0f, delivered %.0f, redelivered %.0f", i,
+						metricValue(b, x, "ferry_share_partitions", l), metricValue(b, x, "ferry_share_lag", l),
+						metricValue(b, x, "ferry_share_delivered_total", l), metricValue(b, x, "ferry_share_redelivered_total", l))
+				}
+				b.Fatalf("%s: %d of %d received", what, received.Load(), n)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 
 	// Latency at 1,000 msg/s.
@@ -115,37 +129,53 @@ func BenchmarkShareGroup(b *testing.B) {
 	p50, p99, pmax := q(0.5), q(0.99), float64(latencies[len(latencies)-1].Microseconds())/1000
 	mu.Unlock()
 
-	// Throughput.
+	// Throughput: 4 publishers, a window of about 256 in flight each.
 	n := max(b.N, 20000)
+	send := func(pubs []pahov3.Client, topic func(i int) string) {
+		var wg sync.WaitGroup
+		for w := range pubs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var last pahov3.Token
+				for i := w; i < n; i += len(pubs) {
+					last = pubs[w].Publish(topic(i), 1, false, payload(i))
+					if i%256 == w {
+						last.WaitTimeout(10 * time.Second)
+					}
+				}
+				if last != nil {
+					last.WaitTimeout(30 * time.Second)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	// The forward path of one instance with the same publishers, to a
+	// topic nobody subscribes to: every PUBACK means the record is in
+	// Kafka.
+	fwd := make([]pahov3.Client, 4)
+	for i := range fwd {
+		fwd[i] = connectPaho(b, in[0].MQTTAddr(), fmt.Sprintf("sbfw%d-%s", i, tag))
+	}
+	start := time.Now()
+	send(fwd, func(int) string { return "sbfwd" + tag + "/x" })
+	fwdRate := float64(n) / time.Since(start).Seconds()
+
 	pubs := make([]pahov3.Client, 4)
 	for i := range pubs {
 		pubs[i] = connectPaho(b, in[i%3].MQTTAddr(), fmt.Sprintf("sbtp%d-%s", i, tag))
 	}
 	base = received.Load()
 	b.ResetTimer()
-	start := time.Now()
-	var wg sync.WaitGroup
-	for w := range pubs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var last pahov3.Token
-			for i := w; i < n; i += len(pubs) {
-				last = pubs[w].Publish(names[i%topics], 1, false, payload(i))
-				if i%256 == w {
-					last.WaitTimeout(10 * time.Second) // a window of about 256 in flight
-				}
-			}
-			if last != nil {
-				last.WaitTimeout(30 * time.Second)
-			}
-		}()
-	}
-	wg.Wait()
+	start = time.Now()
+	send(pubs, func(i int) string { return names[i%topics] })
 	waitReceived(base+int64(n), "every message of the throughput run")
 	took := time.Since(start)
 	b.StopTimer()
 	b.ReportMetric(float64(n)/took.Seconds(), "msg/s")
+	b.ReportMetric(fwdRate, "fwd-msg/s")
+	b.ReportMetric(float64(n)/took.Seconds()/fwdRate, "x-fwd")
 	b.ReportMetric(p50, "p50-ms") // after ResetTimer, which drops reported metrics
 	b.ReportMetric(p99, "p99-ms")
 	b.ReportMetric(pmax, "max-ms")

@@ -166,6 +166,8 @@ func TestSharedSubscriptionMemberLeaves(t *testing.T) {
 			}
 			a.Disconnect(0)
 			shareMember(t, in[2], "slc-"+tag, key, 1, &got[2])
+			// A leaves the group, C joins it: the rest is for B and C.
+			waitSplit(t, key, topics, in[1], in[2])
 		}
 		if tok := pub.Publish(names[i%topics], 1, false, strconv.Itoa(i)); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 			t.Fatalf("publish %d: %v", i, tok.Error())

@@ -157,7 +157,7 @@ func (r *Consumer) kgoOpts(log *slog.Logger, startAt time.Time, commitSafe func(
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, lost map[string][]int32) { forgetLag(m, lost) }),
 	}
 	if cfg.StartOffset != "earliest" {
-		opts = append(opts, kgo.AdjustFetchOffsetsFn(startOffsets(cfg.Group(), startAt, client, log)))
+		opts = append(opts, kgo.AdjustFetchOffsetsFn(StartOffsets(cfg.Group(), startAt, client, log)))
 	}
 	return append(opts, reverseTopicOpts(cfg.Topics)...)
 }

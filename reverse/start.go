@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// startOffsets places partitions that have no committed offset
+// StartOffsets places partitions that have no committed offset
 // (reverse.start_offset latest) at the first record newer than startAt,
 // without the race of kgo's own AfterMilli reset. kgo lists by time, then
 // the end offset, and takes the end when the partition had no such record
@@ -24,7 +24,7 @@ import (
 // which partitions got a commit and which the reset, so the commits are
 // fetched once more (once per rebalance). On any error kgo's own reset
 // applies (and the race with it), which is logged.
-func startOffsets(group string, startAt time.Time, client func() *kgo.Client, log *slog.Logger) func(context.Context, map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+func StartOffsets(group string, startAt time.Time, client func() *kgo.Client, log *slog.Logger) func(context.Context, map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	return func(ctx context.Context, offs map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 		adm := kadm.NewClient(client())
 		committed, err := adm.FetchOffsets(ctx, group)

@@ -82,11 +82,18 @@ func (g *group) consume(ctx context.Context, topics map[string]time.Time) error 
 		kgo.OnPartitionsRevoked(g.revoked),
 		kgo.OnPartitionsLost(g.lost),
 	}, g.m.d.KafkaOpts...)
+	// Partitions without a commit start at the first record after since,
+	// without the race of kgo's own time reset (reverse.StartOffsets): kgo
+	// may call it before NewClient has returned.
+	created := make(chan struct{})
+	opts = append(opts, kgo.AdjustFetchOffsetsFn(reverse.StartOffsets(g.id, g.since,
+		func() *kgo.Client { <-created; return g.client }, g.m.log)))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return err
 	}
 	g.client = cl
+	close(created)
 	for _, t := range added {
 		g.topics[t] = true
 	}
@@ -203,8 +210,14 @@ func (g *group) deliver(ctx context.Context, rec *kgo.Record, again *delivery) b
 		d := again
 		if d == nil {
 			d = &delivery{g: g, rec: rec, part: part}
+			// Owed before it is sent: its acknowledgement may come before
+			// publish returns.
+			g.owe(part, rec.Offset, true)
 		}
 		out, err := g.m.publish(cl, sub, cv.Packet, d)
+		if err != nil && again == nil {
+			g.owe(part, rec.Offset, false)
+		}
 		if errors.Is(err, packets.ErrNotAuthorized) {
 			if denied == nil {
 				denied = map[string]bool{}
@@ -222,9 +235,10 @@ func (g *group) deliver(ctx context.Context, rec *kgo.Record, again *delivery) b
 		}
 		switch {
 		case out.FixedHeader.Qos > 0 && again == nil:
-			g.handedOut(part, rec, true)
+			g.handedOut(part, rec, false) // owed already, unless acknowledged meanwhile
 		case out.FixedHeader.Qos > 0: // owed again, by its new member
 		case again == nil:
+			g.owe(part, rec.Offset, false) // QoS 0: done once queued
 			g.handedOut(part, rec, false)
 		default:
 			g.settle(again)

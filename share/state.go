@@ -127,6 +127,18 @@ func (g *group) handedOut(p *partition, rec *kgo.Record, owed bool) {
 	g.mu.Unlock()
 }
 
+// owe records offset off of p as owed (or not: its delivery failed, or
+// was QoS 0).
+func (g *group) owe(p *partition, off int64, owed bool) {
+	g.mu.Lock()
+	if owed {
+		p.owed[off] = struct{}{}
+	} else {
+		delete(p.owed, off)
+	}
+	g.mu.Unlock()
+}
+
 // owedBy records that member id owes d.
 func (g *group) owedBy(id string, d *delivery) {
 	g.mu.Lock()
