@@ -666,11 +666,11 @@ func (c Config) Validate() error {
 	if len(c.Reverse.Topics) > 0 && c.Reverse.Refresh <= 0 {
 		bad("reverse.refresh", c.Reverse.Refresh, "must be positive")
 	}
-	if t := c.Share.SessionTimeout; t < 6*time.Second || t > 30*time.Minute {
+	if t := c.Share.SessionTimeout; t < share.MinSessionTimeout || t > share.MaxSessionTimeout {
 		bad("share.session_timeout", t, "must be within Kafka's group.min.session.timeout.ms and group.max.session.timeout.ms (6s to 30m by default)")
 	}
-	if n := c.Share.MaxInflight; n < 1 || n > 65535 {
-		bad("share.max_inflight", n, "must be 1 to 65535")
+	if n := c.Share.MaxInflight; n < 1 || n > share.MaxMaxInflight {
+		bad("share.max_inflight", n, "must be 1 to %d", share.MaxMaxInflight)
 	}
 	if c.Storage.Dir != "" {
 		bad("storage.dir", c.Storage.Dir, "was removed: sessions, their queued messages (as positions in Kafka) and retained messages live in Kafka (state.sessions_topic, state.retained_topic); remove the key (and any volume for it)")

@@ -14,7 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferry-bridge/ferry/internal/ratelimit"
-	"github.com/ferry-bridge/ferry/topicmap"
 )
 
 // Consumer is the Kafka -> MQTT path: a franz-go consumer in a group
@@ -48,7 +47,6 @@ import (
 type Consumer struct {
 	cfg     Config
 	log     *slog.Logger
-	tm      *topicmap.Map
 	metrics Metrics
 	logs    *ratelimit.Limiter
 	pace    *pacer
@@ -77,7 +75,7 @@ const reverseDrainTimeout = 2 * time.Second
 func New(cfg Config, d Deps) (*Consumer, error) {
 	log := d.Log.With("component", "reverse")
 	r := &Consumer{
-		cfg: cfg, log: log, tm: d.Topics, metrics: d.Metrics,
+		cfg: cfg, log: log, metrics: d.Metrics,
 		conv:    Converter{Topics: d.Topics, MaxPacketSize: cfg.MaxPacketSize},
 		logs:    ratelimit.New(log, 10*time.Second),
 		order:   d.Order,

@@ -113,7 +113,7 @@ func (r *Consumer) kgoOpts(log *slog.Logger, startAt time.Time, commitSafe func(
 			kgo.MetadataMinAge(min(refresh, time.Second)),
 			kgo.FetchMaxWait(reverseFetchMaxWait),
 			kgo.KeepControlRecords(),
-			kgo.FetchIsolationLevel(isolation(cfg.ReadUncommitted)),
+			kgo.FetchIsolationLevel(Isolation(cfg.ReadUncommitted)),
 			kgo.WithLogger(kafkaclient.KgoLogger{Logger: log.With("component", "demand-kafka")}),
 		}
 	}
@@ -139,7 +139,7 @@ func (r *Consumer) kgoOpts(log *slog.Logger, startAt time.Time, commitSafe func(
 		kgo.KeepControlRecords(),
 		// Committed records only (kafka.isolation_level): an aborted
 		// transaction's records are never delivered.
-		kgo.FetchIsolationLevel(isolation(cfg.ReadUncommitted)),
+		kgo.FetchIsolationLevel(Isolation(cfg.ReadUncommitted)),
 		// Commit only what the committer marked safe, in the background.
 		kgo.AutoCommitMarks(),
 		kgo.AutoCommitInterval(reverseCommitInterval),
@@ -170,9 +170,9 @@ func forgetLag(m Metrics, parts map[string][]int32) {
 	}
 }
 
-// isolation is the fetch isolation level: read_committed unless
+// Isolation is the fetch isolation level: read_committed unless
 // uncommitted (kafka.isolation_level).
-func isolation(uncommitted bool) kgo.IsolationLevel {
+func Isolation(uncommitted bool) kgo.IsolationLevel {
 	if uncommitted {
 		return kgo.ReadUncommitted()
 	}

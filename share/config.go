@@ -46,17 +46,25 @@ const (
 	DefaultEvery          = 500 * time.Millisecond
 )
 
+// Bounds of Config: the session timeout within Kafka's default
+// group.min.session.timeout.ms and group.max.session.timeout.ms.
+const (
+	MinSessionTimeout = 6 * time.Second
+	MaxSessionTimeout = 30 * time.Minute
+	MaxMaxInflight    = 65535
+)
+
 // Validate reports a Config that cannot work.
 func (c Config) Validate() error {
 	var errs []error
 	if len(c.Brokers) == 0 {
 		errs = append(errs, errors.New("share: no Kafka brokers"))
 	}
-	if c.SessionTimeout < 6*time.Second || c.SessionTimeout > 30*time.Minute {
+	if c.SessionTimeout < MinSessionTimeout || c.SessionTimeout > MaxSessionTimeout {
 		errs = append(errs, fmt.Errorf("share.session_timeout %s: must be within Kafka's group.min.session.timeout.ms and group.max.session.timeout.ms (6s to 30m by default)", c.SessionTimeout))
 	}
-	if c.MaxInflight < 1 || c.MaxInflight > 65535 {
-		errs = append(errs, fmt.Errorf("share.max_inflight %d: must be 1 to 65535", c.MaxInflight))
+	if c.MaxInflight < 1 || c.MaxInflight > MaxMaxInflight {
+		errs = append(errs, fmt.Errorf("share.max_inflight %d: must be 1 to %d", c.MaxInflight, MaxMaxInflight))
 	}
 	return errors.Join(errs...)
 }

@@ -63,10 +63,6 @@ func (g *group) consume(ctx context.Context, topics map[string]time.Time) error 
 		return nil
 	}
 	cfg := g.m.cfg
-	iso := kgo.ReadCommitted()
-	if cfg.ReadUncommitted {
-		iso = kgo.ReadUncommitted()
-	}
 	opts := append([]kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID("ferry-" + cfg.InstanceID + "-share"),
@@ -77,7 +73,7 @@ func (g *group) consume(ctx context.Context, topics map[string]time.Time) error 
 		kgo.SessionTimeout(cfg.SessionTimeout),
 		kgo.HeartbeatInterval(max(cfg.SessionTimeout/10, time.Second)),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(g.since.UnixMilli())),
-		kgo.FetchIsolationLevel(iso),
+		kgo.FetchIsolationLevel(reverse.Isolation(cfg.ReadUncommitted)),
 		kgo.OnPartitionsAssigned(g.assigned),
 		kgo.OnPartitionsRevoked(g.revoked),
 		kgo.OnPartitionsLost(g.lost),
