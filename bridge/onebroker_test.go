@@ -21,7 +21,7 @@ import (
 
 // threeInstances starts three bridges with the default configuration on
 // the real Kafka, sharing their state topics.
-func threeInstances(t *testing.T) [3]*Bridge {
+func threeInstances(t testing.TB) [3]*Bridge {
 	t.Helper()
 	brokers := kafkatest.Brokers(t)
 	tag := randHex(4)

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	pahov3 "github.com/eclipse/paho.mqtt.golang"
-
-	"github.com/ferry-bridge/ferry/internal/kafkatest"
 )
 
 // BenchmarkShareGroup: one shared subscription with 10 QoS 1 members
@@ -27,14 +25,8 @@ import (
 //
 //	go test -run '^$' -bench ShareGroup -benchtime 40000x ./bridge/
 func BenchmarkShareGroup(b *testing.B) {
-	brokers := kafkatest.Brokers(b)
+	in := threeInstances(b)
 	tag := randHex(4)
-	var in [3]*Bridge
-	for i := range in {
-		cfg := testConfig(brokers)
-		cfg.State.SessionsTopic, cfg.State.RetainedTopic, cfg.State.Partitions = "_ferry_sessions_sb"+tag, "_ferry_retained_sb"+tag, 3
-		in[i] = startBridge(b, cfg)
-	}
 	const topics = 8
 	names := make([]string, topics)
 	warm := connectPaho(b, in[0].MQTTAddr(), "sbwarm-"+tag)
