@@ -102,13 +102,14 @@ func TestDelayRTT(t *testing.T) {
 		}
 		rtts = append(rtts, time.Since(t0))
 	}
-	// Each at least the 40 ms the link adds; the median near it (one round
-	// trip may wait for the CPU: this package runs beside the bridge's
-	// tests, and 84 ms was seen there).
+	// Each at least the 40 ms the link adds, the fastest near it: a wait
+	// for the CPU only adds (this package runs beside the bridge's tests:
+	// 84 ms once, and a median of 61 ms in a fresh-clone run), so the
+	// fastest round trip is the one that shows the link's own delay.
 	sorted := slices.Clone(rtts)
 	slices.Sort(sorted)
-	if sorted[0] < 40*time.Millisecond || sorted[len(sorted)/2] > 60*time.Millisecond {
-		t.Fatalf("round trips %v, want each at least 40 ms and the median about 40 ms", rtts)
+	if sorted[0] < 40*time.Millisecond || sorted[0] > 60*time.Millisecond {
+		t.Fatalf("round trips %v, want each at least 40 ms and the fastest about 40 ms", rtts)
 	}
 	up, down := l.Stats()
 	if up.Forwarded < 5 || down.Forwarded < 5 {
