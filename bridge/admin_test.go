@@ -314,7 +314,7 @@ func TestAdminAPIAcrossInstances(t *testing.T) {
 			})
 			// A new subscriber gets no retained message before the marker,
 			// published after its SUBACK. (A subscription's topics are read
-			// from a moment before it, docs/sessions.md: the message
+			// from a moment before it, docs/sessions.md: the messages
 			// published a second ago may come live, retain not set.)
 			in := newInbox()
 			sub := v5Sub(t, p.MQTTAddr, "adm-rsub-"+p.name+run, in)
@@ -323,7 +323,9 @@ func TestAdminAPIAcrossInstances(t *testing.T) {
 			mustPublish(t, local, &paho.Publish{Topic: topic, QoS: 1, Payload: []byte("marker-" + p.name)})
 			for n := 1; ; n++ {
 				got := in.wait(t, n, 10*time.Second)[n-1]
-				if got.Retain || n > 2 || string(got.Payload) != "marker-"+p.name && string(got.Payload) != "secret-payload" {
+				// Earlier messages of the topic (the cleared one, another
+				// instance's marker) may come live too, never retained.
+				if got.Retain || n > 4 || string(got.Payload) != "secret-payload" && !strings.HasPrefix(string(got.Payload), "marker-") {
 					t.Fatalf("%s served %q (retain %v) to a new subscriber, want the marker first", p.name, got.Payload, got.Retain)
 				}
 				if string(got.Payload) == "marker-"+p.name {
