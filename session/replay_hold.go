@@ -32,6 +32,11 @@ type liveHold struct {
 	ch        chan struct{} // nil: not holding
 	tracking  bool
 	unwritten map[uint16]Coord // live deliveries in flight, not yet written
+	// live are the messages delivered live since the hold started: the
+	// last pass and its drain do not send them again (a kept record whose
+	// live delivery was written and acknowledged before the drain came
+	// to it went twice).
+	live map[Coord]bool
 }
 
 // start holds live deliveries until the returned release is called, and
@@ -44,6 +49,7 @@ func (l *liveHold) start(holding, tracking *atomic.Int32) (release func()) {
 	l.ch = make(chan struct{})
 	l.tracking = true
 	l.unwritten = map[uint16]Coord{}
+	l.live = map[Coord]bool{}
 	l.mu.Unlock()
 	holding.Add(1)
 	var once sync.Once
@@ -62,7 +68,7 @@ func (l *liveHold) start(holding, tracking *atomic.Int32) (release func()) {
 func (l *liveHold) end(tracking *atomic.Int32) {
 	l.mu.Lock()
 	l.tracking = false
-	l.unwritten = nil
+	l.unwritten, l.live = nil, nil
 	l.mu.Unlock()
 	tracking.Add(-1)
 }
@@ -80,8 +86,19 @@ func (l *liveHold) enqueued(pid uint16, c Coord) {
 	l.mu.Lock()
 	if l.tracking {
 		l.unwritten[pid] = c
+		if c.Offset >= 0 {
+			l.live[c] = true
+		}
 	}
 	l.mu.Unlock()
+}
+
+// wasLive reports whether the message at c was delivered live since the
+// hold started.
+func (l *liveHold) wasLive(c Coord) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.live[c]
 }
 
 // written notes that packet id pid reached the client's connection.
