@@ -117,8 +117,13 @@ type Config struct {
 	SplitAtKafka bool
 	// ReplyTopic is the MQTT topic roundtrip subscribers listen on.
 	// Default: Topic (which then needs ReplyMQTT to be another bridge
-	// instance).
+	// instance, or Local).
 	ReplyTopic string
+	// Local (roundtrip) lets the subscribers listen on Topic on the
+	// publishers' own broker: the trip is that broker's own delivery (on
+	// Ferry, one instance; on any MQTT broker, its fan-out). Default:
+	// false (refused, as it would not time a trip through Kafka).
+	Local bool
 	// Count is the number of measured messages. Default: 10000.
 	Count int
 	// Warmup is the number of messages sent first and excluded from the
@@ -314,10 +319,10 @@ func (c Config) Validate(d Direction) error {
 			return bad("link", c.Link, err.Error())
 		}
 	}
-	if d == Roundtrip && c.ReplyMQTT == c.MQTT && c.ReplyTopic == c.Topic {
+	if d == Roundtrip && c.ReplyMQTT == c.MQTT && c.ReplyTopic == c.Topic && !c.Local {
 		return bad("reply-topic", c.ReplyTopic, "equals --topic on the same broker: the subscriber would get the "+
 			"broker's local delivery, not the Kafka round trip; give --reply-mqtt (a second bridge instance) "+
-			"or a --reply-topic the bridge routes back from Kafka")
+			"or a --reply-topic the bridge routes back from Kafka (or --local to time that broker's own delivery)")
 	}
 	if d == MQTTToKafka && c.Subscribers > 1 {
 		return bad("subscribers", c.Subscribers, "mqtt-to-kafka has one Kafka consumer")

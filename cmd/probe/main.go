@@ -206,6 +206,7 @@ func addRunFlags(fs *pflag.FlagSet, d probe.Direction, cfg *probe.Config, files 
 	if d == probe.Roundtrip {
 		fs.StringVar(&cfg.ReplyMQTT, "reply-mqtt", "", "MQTT broker URL of the subscribers (default --mqtt; another bridge instance sharing the Kafka cluster)")
 		fs.StringVar(&cfg.ReplyTopic, "reply-topic", "", "MQTT topic the bridge publishes the messages back on (default --topic, needs --reply-mqtt)")
+		fs.BoolVar(&cfg.Local, "local", false, "subscribers on --topic of the publishers' own broker: time that broker's own delivery (one Ferry instance, or any MQTT broker's fan-out)")
 	}
 	if !sweep {
 		fs.IntVar(&cfg.Count, "count", cfg.Count, "measured messages")

@@ -84,6 +84,32 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// TestRoundtripLocal: --local times a broker's own delivery, publisher and
+// subscribers on one topic of one broker (refused without it: above).
+func TestRoundtripLocal(t *testing.T) {
+	url := startBroker(t, false)
+	csvPath := filepath.Join(t.TempDir(), "local.csv")
+	out, _, err := runArgs(t, "roundtrip", "--local", "--mqtt", url, "--topic", "/fan", "--subscribers", "3",
+		"--count", "40", "--rate", "1000", "--qos", "1", "--csv", csvPath)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(csvPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every subscriber gets every message: 3 x 40 deliveries, none lost.
+	var row string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "roundtrip,e2e,") {
+			row = l
+		}
+	}
+	if f := strings.Split(row, ","); len(f) < 4 || f[2] != "120" || f[3] != "0" {
+		t.Fatalf("roundtrip,e2e row %q: want count 120 (3 subscribers x 40), lost 0\n%s", row, b)
+	}
+}
+
 func TestRoundtripWritesCSVAndRaw(t *testing.T) {
 	url := startBroker(t, true)
 	dir := t.TempDir()
