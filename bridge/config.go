@@ -56,6 +56,11 @@ type RuntimeConfig struct {
 	// wins. Set GOMEMLIMIT in containers so that a large heap collects
 	// before the memory limit. Default: 400. Range 25..10000.
 	GCPercent int `mapstructure:"gc_percent" yaml:"gc_percent"`
+	// ReleaseIdleMemory returns to the system the heap a burst left behind
+	// once the process is quiet (internal/idlegc): with GCPercent 400 an
+	// idle instance kept 3 KiB of RSS per offline session made in a burst,
+	// 20 s after, where its live heap was 0.3 KiB. Default: true.
+	ReleaseIdleMemory bool `mapstructure:"release_idle_memory" yaml:"release_idle_memory"`
 }
 
 // InstanceConfig identifies this bridge instance.
@@ -448,7 +453,7 @@ func DefaultConfig() Config {
 		HTTP: HTTPConfig{Listen: "127.0.0.1:8080"},
 		Log:  LogConfig{Level: "info", Format: "text"},
 
-		Runtime:         RuntimeConfig{GCPercent: 400},
+		Runtime:         RuntimeConfig{GCPercent: 400, ReleaseIdleMemory: true},
 		ShutdownTimeout: 10 * time.Second,
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ferry-bridge/ferry/bridge"
+	"github.com/ferry-bridge/ferry/internal/idlegc"
 )
 
 func main() {
@@ -59,6 +60,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if prev, applied := applyRuntime(cfg.Runtime, os.LookupEnv); applied {
 		log.Debug("garbage collector target set", "runtime.gc_percent", cfg.Runtime.GCPercent, "was", prev)
+	}
+	if cfg.Runtime.ReleaseIdleMemory {
+		go func() { _ = idlegc.New(idlegc.DefaultConfig(), log).Run(ctx) }() // ends with ctx
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
