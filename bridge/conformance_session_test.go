@@ -132,7 +132,7 @@ func TestConformanceSessionExpiry(t *testing.T) {
 	if ca := connect(none, 0); ca.SessionPresent {
 		t.Error("session with expiry 0 resumed: Session Present 1, want 0")
 	}
-	// The expired-session sweep (session/wills.go, once a second) deletes
+	// The expired-session sweep (session/wills_sweep.go, once a second) deletes
 	// its record: wait until it has, then resume.
 	waitFor(t, 10*time.Second, "the 1s session to expire", func() bool {
 		return b.stateEngine.Lookup(short) == nil

@@ -66,7 +66,7 @@ func TestFencedOwnersLateCheckpointFencedAgain(t *testing.T) {
 }
 
 // TestSweepTombstoneAfterClaimRepaired (issue 50 part 5, first suspicion,
-// which cannot happen): the expired-session sweep (session/wills.go)
+// which cannot happen): the expired-session sweep (session/wills_sweep.go)
 // checks the record after reading the table to its end and then writes an
 // unconditional tombstone; a client claiming the session in between has
 // its claim in the log before that tombstone. The claimant owns the

@@ -52,9 +52,9 @@
 // the connection unanswered for UNSUBSCRIBE); a retained publish's record
 // before its PUBACK / PUBREC (the caller joins it with the forward path's
 // record: Retained.Write). Positions are written every second while they
-// move (and once a minute for an idle session's horizon) and when the
-// client goes; a clean session's claim and a session's end are written
-// without waiting.
+// move (and once a minute for an idle session's horizon: checkpoints.go)
+// and when the client goes; a clean session's claim and a session's end
+// are written without waiting.
 //
 // # What a resume reads
 //

@@ -578,7 +578,7 @@ func (h *sessionHook) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
 // from the record, with their packet ids, on a resume here or anywhere).
 // The broker keeps no client for it and this instance no ownedSession: an
 // offline session costs this instance what it costs every other, its
-// table row. Its expiry is the expired-session sweep's (wills.go), as for
+// table row. Its expiry is the expired-session sweep's (wills_sweep.go), as for
 // a session of a dead instance. o.wmu is held.
 func (h *sessionHook) release(o *ownedSession, cl *mqtt.Client) {
 	h.mu.Lock()

@@ -3,9 +3,7 @@ package session
 import (
 	"context"
 	"encoding/json"
-	"hash/fnv"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +12,10 @@ import (
 
 	"github.com/ferry-bridge/ferry/state"
 )
+
+// The willKeeper (its state, its loop, its index of the sessions table)
+// and the Wills it publishes for the clients of dead instances. Its view of
+// the instances is wills_liveness.go, its expiry sweep wills_sweep.go.
 
 // willKeeper publishes the Will of a client whose instance died: the
 // session record (sessions table) still says Connected, with the dead
@@ -58,14 +60,15 @@ import (
 // before it started, and still marked connected, the same way (its dead
 // run's clients), without waiting for a lapse.
 //
-// The same liveness ends expired sessions nobody else ends (sweep): a
-// disconnected session past its expiry is ended by its owner (the session
-// hook); when the owner is dead or gone (a fence above leaves the dead
-// owner's id in the record), the survivor rendezvous hashing picks deletes
-// its record; a record of this instance that it does not hold (a dead run's)
-// it deletes itself. A client claiming the session meanwhile is not harmed:
-// its owner reads the tombstone after its claim and writes its record again
-// (repair on sight, records.go onChange).
+// The same liveness ends expired sessions nobody else ends (the sweep,
+// wills_sweep.go): a disconnected session past its expiry is ended by its
+// owner (the session hook: checkpoints.go expire); when the owner is dead
+// or gone (a fence above leaves the dead owner's id in the record), the
+// survivor rendezvous hashing picks deletes its record; a record of this
+// instance that it does not hold (a dead run's) it deletes itself. A client
+// claiming the session meanwhile is not harmed: its owner reads the
+// tombstone after its claim and writes its record again (repair on sight,
+// table.go onChange).
 type willKeeper struct {
 	log      *slog.Logger
 	id       string
@@ -101,27 +104,10 @@ type willKeeper struct {
 	sweeping atomic.Bool // a sweep is running
 }
 
-// offRef is a disconnected session: who owned it and when it expires.
-type offRef struct {
-	owner   string
-	epoch   int64
-	expires int64 // unix ms
-}
-
-// maxSweep bounds the records one sweep deletes (the next takes the rest).
-const maxSweep = 500
-
 // connRef is who holds a session marked connected.
 type connRef struct {
 	owner string
 	epoch int64
-}
-
-// instanceBeat is the last heartbeat read of one instance.
-type instanceBeat struct {
-	at       time.Time // when it was read, on this instance's clock
-	stopped  bool
-	sessions string // its sessions topic ("" from a version that does not say)
 }
 
 // pendingWill is a dead owner's session this instance is acting on.
@@ -144,47 +130,6 @@ func newWillKeeper(log *slog.Logger, id, sessions string, start time.Time, lapse
 		metrics: m, slots: make(chan struct{}, maxWillWorkers), stop: stop,
 		beats: make(map[string]instanceBeat), pending: make(map[string]*pendingWill), handled: make(map[string]int64),
 		conn: make(map[string]connRef), offline: make(map[string]offRef), owners: make(map[string]string)}
-}
-
-// beat records a heartbeat read from _ferry_instances (the caller's
-// reader goroutine: Engine.Beat).
-func (w *willKeeper) beat(id string, hb Heartbeat, own bool) {
-	now := time.Now()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.beats[id] = instanceBeat{at: now, stopped: hb.Stopped, sessions: hb.SessionsTopic}
-	if own && !hb.Stopped {
-		if w.ownFirst.IsZero() {
-			w.ownFirst = now
-		}
-		w.ownLast = now
-	}
-}
-
-// ready: this instance reads its own heartbeats back, so the others'
-// silence means something (w.mu held).
-func (w *willKeeper) ready(now time.Time) bool {
-	return !w.ownFirst.IsZero() && now.Sub(w.ownLast) <= w.lapse/2
-}
-
-// alive reports whether instance id counts as alive at now (w.mu held).
-func (w *willKeeper) alive(id string, now time.Time) bool {
-	if id == w.id {
-		return true
-	}
-	b, ok := w.beats[id]
-	if !ok {
-		return now.Sub(w.ownFirst) <= w.lapse
-	}
-	return !b.stopped && now.Sub(b.at) <= w.lapse
-}
-
-// lastHeard is when instance id was last heard from (w.mu held).
-func (w *willKeeper) lastHeard(id string) time.Time {
-	if b, ok := w.beats[id]; ok {
-		return b.at
-	}
-	return w.ownFirst
 }
 
 // run scans the sessions table until stop, once it is loaded.
@@ -210,172 +155,6 @@ func (w *willKeeper) run() {
 
 // wait waits for the sessions being handled (after stop).
 func (w *willKeeper) wait() { w.wg.Wait() }
-
-// scan starts handling every connected session of a dead owner that this
-// instance is chosen for.
-func (w *willKeeper) scan(now time.Time) {
-	w.mu.Lock()
-	if !w.ready(now) {
-		w.mu.Unlock()
-		return
-	}
-	live := w.members(now)
-	for k, c := range w.conn {
-		var since time.Time
-		switch {
-		case w.pending[k] != nil || w.handled[k] > c.epoch:
-			continue
-		case c.owner == w.id:
-			if c.epoch >= w.start.UnixMilli() {
-				continue // this run's own connection
-			}
-			since = w.start // a dead run of this instance
-		case w.alive(c.owner, now):
-			continue
-		case ChooseInstance(k, live) != w.id:
-			continue
-		default:
-			since = w.lastHeard(c.owner)
-		}
-		p := &pendingWill{epoch: c.epoch, owner: c.owner, mine: make(chan struct{}), cancel: make(chan struct{})}
-		w.pending[k] = p
-		w.wg.Add(1)
-		go func() {
-			defer w.wg.Done()
-			w.handle(k, since, p)
-		}()
-	}
-	w.mu.Unlock()
-}
-
-// members are the candidates to act for a dead owner: the live instances
-// of this cluster (same sessions topic), sorted. Liveness itself counts any
-// heartbeat of an id (w.mu held).
-func (w *willKeeper) members(now time.Time) []string {
-	live := []string{w.id}
-	for id, b := range w.beats {
-		if id != w.id && b.sessions == w.sessions && w.alive(id, now) {
-			live = append(live, id)
-		}
-	}
-	slices.Sort(live)
-	return live
-}
-
-// sweep starts deleting the records of expired sessions no live instance
-// ends (see willKeeper): disconnected, past their expiry, and owned by a
-// dead instance (this instance chosen among the live ones) or by this one
-// without it holding the session. One sweep runs at a time.
-func (w *willKeeper) sweep(now time.Time) {
-	if !w.sweeping.CompareAndSwap(false, true) {
-		return
-	}
-	due := w.expiredDue(now)
-	for k, r := range due {
-		if r.owner == w.id && w.owns != nil && w.owns(k) {
-			delete(due, k) // the session hook ends it
-		}
-	}
-	if len(due) == 0 {
-		w.sweeping.Store(false)
-		return
-	}
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		defer w.sweeping.Store(false)
-		w.expire(due)
-	}()
-}
-
-// expiredDue are the expired sessions this instance is to delete, at most
-// maxSweep (the next sweep takes the rest), before those it holds are left
-// out.
-func (w *willKeeper) expiredDue(now time.Time) map[string]offRef {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.ready(now) {
-		return nil
-	}
-	live := w.members(now)
-	due := make(map[string]offRef)
-	for k, r := range w.offline {
-		if len(due) == maxSweep {
-			break
-		}
-		switch {
-		case r.expires >= now.UnixMilli() || w.pending[k] != nil:
-			// not yet; or a dead owner's session whose Will is being handled
-		case r.owner == w.id:
-			due[k] = r
-		case w.alive(r.owner, now):
-			// its owner ends it
-		case ChooseInstance(k, live) == w.id:
-			due[k] = r
-		}
-	}
-	return due
-}
-
-// expire reads the table to its end and deletes each record of due that
-// is still the one chosen and expired, waiting for Kafka's answers. The
-// tombstone is unconditional (Kafka has no compare-and-set): a claim of
-// the session written between the check and the tombstone lands before
-// it, and its owner, which holds the session from before its claim,
-// writes its record again on reading the tombstone (onChange: repair on
-// sight), subscriptions and positions with it
-// (TestSweepTombstoneAfterClaimRepaired).
-func (w *willKeeper) expire(due map[string]offRef) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*w.timeout)
-	defer cancel()
-	go func() {
-		select {
-		case <-w.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	if err := w.table.Sync(ctx); err != nil {
-		w.log.Debug("expired sessions: table not read to its end (retried)", "err", err)
-		return
-	}
-	now := time.Now()
-	var deleted, failed atomic.Int32
-	var wg sync.WaitGroup
-	for k, r := range due {
-		cur := w.lookup(ctx, k)
-		if cur == nil || cur.Owner != r.owner || cur.Epoch != r.epoch || !cur.Expired(now, w.maxExpiry) ||
-			cur.Owner == w.id && w.owns != nil && w.owns(k) {
-			continue
-		}
-		wg.Add(1)
-		w.table.WriteAsync(k, nil, func(err error) {
-			defer wg.Done()
-			if err != nil {
-				failed.Add(1)
-				return
-			}
-			deleted.Add(1)
-		})
-		w.log.Debug("expired session deleted", "client", k, "owner", r.owner, "disconnected", time.UnixMilli(cur.Disconnected),
-			"expiry", min(cur.Expiry, w.maxExpiry))
-	}
-	written := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(written)
-	}()
-	select {
-	case <-written:
-	case <-ctx.Done():
-	}
-	if n := deleted.Load(); n > 0 {
-		w.log.Info("deleted the records of expired sessions whose owner is gone", "sessions", n)
-	}
-	if n := failed.Load(); n > 0 {
-		w.log.Warn("records of expired sessions not deleted (retried)", "sessions", n)
-	}
-}
 
 // saw sees every record of the sessions table as it is read (the table's
 // reader goroutine, in log order): it keeps the index of connected
@@ -418,6 +197,69 @@ func (w *willKeeper) saw(k string, rec *state.Session) {
 		p.cancelled = true
 		close(p.cancel)
 	}
+}
+
+// intern returns one string per instance id (w.mu held): the offline
+// sessions of a fleet each name one of a few owners, and a decoded record's
+// owner is a fresh string every time.
+func (w *willKeeper) intern(owner string) string {
+	if s, ok := w.owners[owner]; ok {
+		return s
+	}
+	if len(w.owners) >= 4096 { // ids of instances long gone: start again
+		clear(w.owners)
+	}
+	w.owners[owner] = owner
+	return owner
+}
+
+func (w *willKeeper) lookup(ctx context.Context, k string) *state.Session {
+	v, ok, err := w.table.Read(ctx, k)
+	if err != nil || !ok {
+		return nil
+	}
+	s, err := state.DecodeSession(v)
+	if err != nil {
+		return nil
+	}
+	return s
+}
+
+// scan starts handling every connected session of a dead owner that this
+// instance is chosen for.
+func (w *willKeeper) scan(now time.Time) {
+	w.mu.Lock()
+	if !w.ready(now) {
+		w.mu.Unlock()
+		return
+	}
+	live := w.members(now)
+	for k, c := range w.conn {
+		var since time.Time
+		switch {
+		case w.pending[k] != nil || w.handled[k] > c.epoch:
+			continue
+		case c.owner == w.id:
+			if c.epoch >= w.start.UnixMilli() {
+				continue // this run's own connection
+			}
+			since = w.start // a dead run of this instance
+		case w.alive(c.owner, now):
+			continue
+		case ChooseInstance(k, live) != w.id:
+			continue
+		default:
+			since = w.lastHeard(c.owner)
+		}
+		p := &pendingWill{epoch: c.epoch, owner: c.owner, mine: make(chan struct{}), cancel: make(chan struct{})}
+		w.pending[k] = p
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			w.handle(k, since, p)
+		}()
+	}
+	w.mu.Unlock()
 }
 
 // handle fences one dead owner's session and publishes its Will.
@@ -593,72 +435,8 @@ func (w *willKeeper) refence(k string, epoch int64) {
 	}()
 }
 
-// expiresAt is when (unix ms) rec, disconnected, expires; 0: a tombstone,
-// or connected.
-func expiresAt(rec *state.Session, limit uint32) int64 {
-	if rec == nil {
-		return 0
-	}
-	return rec.ExpiresAt(limit)
-}
-
-// intern returns one string per instance id (w.mu held): the offline
-// sessions of a fleet each name one of a few owners, and a decoded record's
-// owner is a fresh string every time.
-func (w *willKeeper) intern(owner string) string {
-	if s, ok := w.owners[owner]; ok {
-		return s
-	}
-	if len(w.owners) >= 4096 { // ids of instances long gone: start again
-		clear(w.owners)
-	}
-	w.owners[owner] = owner
-	return owner
-}
-
 func (w *willKeeper) isCancelled(p *pendingWill) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return p.cancelled
-}
-
-func (w *willKeeper) lookup(ctx context.Context, k string) *state.Session {
-	v, ok, err := w.table.Read(ctx, k)
-	if err != nil || !ok {
-		return nil
-	}
-	s, err := state.DecodeSession(v)
-	if err != nil {
-		return nil
-	}
-	return s
-}
-
-// ChooseInstance is rendezvous hashing: of ids, the one whose hash with
-// key is highest (ties: the smallest id). Every instance that knows the
-// same ids picks the same one; an instance leaving moves only its keys.
-func ChooseInstance(key string, ids []string) string {
-	var best string
-	var bestH uint64
-	for _, id := range ids {
-		h := fnv.New64a()
-		_, _ = h.Write([]byte(key))
-		_, _ = h.Write([]byte{0})
-		_, _ = h.Write([]byte(id))
-		s := mix64(h.Sum64())
-		if best == "" || s > bestH || s == bestH && id < best {
-			best, bestH = id, s
-		}
-	}
-	return best
-}
-
-// mix64 is splitmix64's finalizer: FNV of similar strings differs in few
-// bits.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	return x ^ x>>31
 }
