@@ -3,6 +3,9 @@ package bridge
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -22,6 +25,12 @@ import (
 // subscribed) and their ratio (x-fwd). The publishers and members run in this
 // process, beside the three instances and Kafka: on a small machine they
 // are part of what is measured.
+//
+// It also reports this process's CPU time per message of each phase
+// (lat-cpu-us, fwd-cpu-us, share-cpu-us: the instances, publishers and
+// members together; Kafka's own is not in it), steadier than the rates on
+// a shared machine. FERRY_SHARE_BENCH_PROFILE=dir writes a CPU profile of
+// each phase there (latency.cpu, fwd.cpu, share.cpu; not with -cpuprofile).
 //
 //	go test -run '^$' -bench ShareGroup -benchtime 40000x ./bridge/
 func BenchmarkShareGroup(b *testing.B) {
@@ -101,6 +110,8 @@ func BenchmarkShareGroup(b *testing.B) {
 	base := received.Load()
 	measuring.Store(true)
 	const rate, secs = 1000, 5
+	stopProfile := phaseProfile(b, "latency.cpu")
+	cpu0 := processCPU(b)
 	tick := time.NewTicker(time.Second / rate)
 	var toks []pahov3.Token
 	for i := range rate * secs {
@@ -112,6 +123,8 @@ func BenchmarkShareGroup(b *testing.B) {
 		t.WaitTimeout(10 * time.Second)
 	}
 	waitReceived(base+rate*secs, "every message of the latency run")
+	latCPU := processCPU(b) - cpu0
+	stopProfile()
 	measuring.Store(false)
 	mu.Lock()
 	slices.Sort(latencies)
@@ -150,9 +163,13 @@ func BenchmarkShareGroup(b *testing.B) {
 	for i := range fwd {
 		fwd[i] = connectPaho(b, in[0].MQTTAddr(), fmt.Sprintf("sbfw%d-%s", i, tag))
 	}
+	stopProfile = phaseProfile(b, "fwd.cpu")
+	cpu0 = processCPU(b)
 	start := time.Now()
 	send(fwd, func(int) string { return "sbfwd" + tag + "/x" })
 	fwdRate := float64(n) / time.Since(start).Seconds()
+	fwdCPU := processCPU(b) - cpu0
+	stopProfile()
 
 	pubs := make([]pahov3.Client, 4)
 	for i := range pubs {
@@ -160,15 +177,48 @@ func BenchmarkShareGroup(b *testing.B) {
 	}
 	base = received.Load()
 	b.ResetTimer()
+	stopProfile = phaseProfile(b, "share.cpu")
+	cpu0 = processCPU(b)
 	start = time.Now()
 	send(pubs, func(i int) string { return names[i%topics] })
 	waitReceived(base+int64(n), "every message of the throughput run")
 	took := time.Since(start)
 	b.StopTimer()
+	shareCPU := processCPU(b) - cpu0
+	stopProfile()
 	b.ReportMetric(float64(n)/took.Seconds(), "msg/s")
 	b.ReportMetric(fwdRate, "fwd-msg/s")
 	b.ReportMetric(float64(n)/took.Seconds()/fwdRate, "x-fwd")
 	b.ReportMetric(p50, "p50-ms") // after ResetTimer, which drops reported metrics
 	b.ReportMetric(p99, "p99-ms")
 	b.ReportMetric(pmax, "max-ms")
+	b.ReportMetric(float64(latCPU.Microseconds())/(rate*secs), "lat-cpu-us")
+	b.ReportMetric(float64(fwdCPU.Microseconds())/float64(n), "fwd-cpu-us")
+	b.ReportMetric(float64(shareCPU.Microseconds())/float64(n), "share-cpu-us")
+}
+
+// phaseProfile starts a CPU profile of this process into
+// $FERRY_SHARE_BENCH_PROFILE/name, if set; the func stops it and logs
+// when the phase ran.
+func phaseProfile(b *testing.B, name string) func() {
+	dir := os.Getenv("FERRY_SHARE_BENCH_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, name))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	return func() {
+		pprof.StopCPUProfile()
+		// To match against other processes' CPU samples (Kafka's).
+		b.Logf("phase %s: unix ms %d to %d", name, start.UnixMilli(), time.Now().UnixMilli())
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

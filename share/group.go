@@ -3,10 +3,12 @@ package share
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -22,12 +24,20 @@ type group struct {
 	origin                string    // its deliveries' packet origin (Manager.publish)
 	since                 time.Time // records are read from it in partitions without a commit
 
-	client *kgo.Client // nil until the filter's topics are known
-	topics map[string]bool
-	conv   reverse.Converter // the run goroutine's
-	cancel context.CancelFunc
-	done   chan struct{}
-	wake   chan struct{} // an acknowledgement or a member came: a full group may go on
+	client  *kgo.Client // nil until the filter's topics are known
+	topics  map[string]bool
+	conv    reverse.Converter // the run goroutine's
+	cancel  context.CancelFunc
+	running sync.WaitGroup // run and commitLoop
+	wake    chan struct{}  // an acknowledgement or a member came: a full group may go on
+
+	// commitMu makes a commit and what follows it one step: no periodic
+	// commit of what a revocation has just taken away.
+	commitMu sync.Mutex
+
+	// The group's series, resolved once: not per message.
+	delivered, redelivered prometheus.Counter
+	lag                    prometheus.Gauge
 
 	state // under state.mu
 }
@@ -38,7 +48,9 @@ type group struct {
 func newGroup(m *Manager, key, name, filter string, since time.Time) *group {
 	g := &group{m: m, key: key, name: name, filter: filter, id: GroupName(name, filter), origin: "ferry-share/" + key,
 		since: since, topics: map[string]bool{}, wake: make(chan struct{}, 1),
-		conv: reverse.Converter{Topics: m.d.Topics, MaxPacketSize: m.cfg.MaxPacketSize}}
+		conv:      reverse.Converter{Topics: m.d.Topics, MaxPacketSize: m.cfg.MaxPacketSize},
+		delivered: m.d.Metrics.Delivered.WithLabelValues(key), redelivered: m.d.Metrics.Redelivered.WithLabelValues(key),
+		lag: m.d.Metrics.Lag.WithLabelValues(key)}
 	g.state.init()
 	return g
 }
@@ -94,8 +106,10 @@ func (g *group) consume(ctx context.Context, topics map[string]time.Time) error 
 		g.topics[t] = true
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	g.cancel, g.done = cancel, make(chan struct{})
+	g.cancel = cancel
+	g.running.Add(2)
 	go g.run(runCtx)
+	go g.commitLoop(runCtx)
 	g.m.log.Debug("share group joined", "group", g.key, "kafka_group", g.id, "topics", added)
 	return nil
 }
@@ -106,7 +120,7 @@ func (g *group) stop(ctx context.Context) {
 		return
 	}
 	g.cancel()
-	<-g.done
+	g.running.Wait()
 	g.commit(ctx)
 	g.client.Close() // leaves the group: the partitions go to the others
 	g.m.d.Metrics.Members.DeleteLabelValues(g.key)
@@ -117,21 +131,32 @@ func (g *group) stop(ctx context.Context) {
 // commitEvery is how often acknowledged progress is committed.
 const commitEvery = time.Second
 
+// commitLoop commits acknowledged progress every commitEvery until ctx
+// ends, beside the delivery loop (a commit's round trip does not hold up
+// the records behind it).
+func (g *group) commitLoop(ctx context.Context) {
+	defer g.running.Done()
+	t := time.NewTicker(commitEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		g.commit(ctx)
+	}
+}
+
 // run hands the group's records to the members until ctx ends.
 func (g *group) run(ctx context.Context) {
-	defer close(g.done)
-	last := time.Now()
+	defer g.running.Done()
 	for ctx.Err() == nil {
 		g.redeliver(ctx)
-		if time.Since(last) >= commitEvery {
-			g.commit(ctx)
-			last = time.Now()
-		}
-		pollCtx, cancel := context.WithTimeout(ctx, commitEvery)
-		fetches := g.client.PollRecords(pollCtx, 512)
-		cancel()
+		// Until records come, ctx ends, or a delivery is handed back.
+		fetches := g.client.PollRecords(g.pollContext(ctx), 512)
 		fetches.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			if !errors.Is(err, context.Canceled) {
 				g.m.log.Debug("share group fetch", "group", g.key, "topic", t, "partition", p, "err", err)
 			}
 		})
@@ -225,9 +250,9 @@ func (g *group) deliver(ctx context.Context, rec *kgo.Record, again *delivery) b
 			g.full(cl.ID)
 			continue
 		}
-		g.m.d.Metrics.Delivered.WithLabelValues(g.key).Inc()
+		g.delivered.Inc()
 		if again != nil {
-			g.m.d.Metrics.Redelivered.WithLabelValues(g.key).Inc()
+			g.redelivered.Inc()
 		}
 		switch {
 		case out.FixedHeader.Qos > 0 && again == nil:
@@ -247,23 +272,33 @@ func (g *group) deliver(ctx context.Context, rec *kgo.Record, again *delivery) b
 // pick returns the live member with the fewest deliveries owed, under
 // MaxInflight and not denied, and its subscription.
 func (g *group) pick(denied map[string]bool) (*mqtt.Client, packets.Subscription, bool) {
-	for _, id := range g.candidates(g.m.cfg.MaxInflight) {
-		if denied[id] {
-			continue
+	var gone map[string]bool // members seen gone meanwhile, or unsubscribed
+	for {
+		id, ok := g.leastLoaded(g.m.cfg.MaxInflight, denied, gone)
+		if !ok {
+			return nil, packets.Subscription{}, false
 		}
-		cl, ok := g.m.d.Server.Clients.Get(id)
-		if !ok || cl.Closed() {
-			continue
+		if cl, ok := g.m.d.Server.Clients.Get(id); ok && !cl.Closed() {
+			if sub, ok := cl.State.Subscriptions.Get(g.key); ok {
+				return cl, sub, true
+			}
 		}
-		if sub, ok := cl.State.Subscriptions.Get(g.key); ok {
-			return cl, sub, true
+		if gone == nil {
+			gone = map[string]bool{}
 		}
+		gone[id] = true
 	}
-	return nil, packets.Subscription{}, false
 }
 
 // commit commits, per partition, the lowest offset still owed.
 func (g *group) commit(ctx context.Context) {
+	g.commitMu.Lock()
+	defer g.commitMu.Unlock()
+	g.commitLocked(ctx)
+}
+
+// commitLocked is commit under commitMu.
+func (g *group) commitLocked(ctx context.Context) {
 	offsets := g.committable()
 	if len(offsets) == 0 {
 		return
@@ -298,12 +333,16 @@ func (g *group) assigned(_ context.Context, _ *kgo.Client, parts map[string][]in
 }
 
 func (g *group) revoked(ctx context.Context, _ *kgo.Client, parts map[string][]int32) {
-	g.commit(ctx)
+	g.commitMu.Lock()
+	g.commitLocked(ctx)
 	g.revoke(parts)
+	g.commitMu.Unlock()
 	g.m.d.Metrics.Partitions.WithLabelValues(g.key).Set(float64(g.partitions()))
 }
 
 func (g *group) lost(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+	g.commitMu.Lock()
 	g.revoke(parts)
+	g.commitMu.Unlock()
 	g.m.d.Metrics.Partitions.WithLabelValues(g.key).Set(float64(g.partitions()))
 }

@@ -27,9 +27,9 @@ type Manager struct {
 	syncMu sync.Mutex // one sync or Close at a time
 
 	mu      sync.Mutex
-	sending map[string]*delivery            // origin + member id -> the delivery being put in flight (OnQosPublish)
+	sending map[sendKey]*delivery           // the delivery being put in flight (OnQosPublish)
 	groups  map[string]*group               // "$share/{name}/{filter}" -> its group here
-	owed    map[string]map[uint16]*delivery // member client id -> packet id -> what it owes
+	owed    map[string]map[uint16]*delivery // member client id -> packet id -> what it owes (kept while it is connected)
 	since   map[string]time.Time            // shared subscription -> when its first member here subscribed
 	closed  bool
 }
@@ -45,7 +45,7 @@ func New(cfg Config, d Deps) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, d: d, log: d.Log.With("component", "share"),
 		groups: map[string]*group{}, owed: map[string]map[uint16]*delivery{}, since: map[string]time.Time{},
-		sending: map[string]*delivery{}}
+		sending: map[sendKey]*delivery{}}
 	if err := d.Server.AddHook(m, nil); err != nil {
 		return nil, fmt.Errorf("share hook: %w", err)
 	}
@@ -160,12 +160,16 @@ func liveMembers(server *mqtt.Server) map[string][]string {
 	return out
 }
 
+// sendKey is a delivery being put in flight: its group's packet origin
+// and the member's client id.
+type sendKey struct{ origin, id string }
+
 // publish puts d in flight to member cl under sub: what it owes is
 // recorded when mochi gives the packet its id (OnQosPublish), before it
 // is written, so an acknowledgement can never come first.
 func (m *Manager) publish(cl *mqtt.Client, sub packets.Subscription, pk packets.Packet, d *delivery) (packets.Packet, error) {
 	pk.Origin = d.g.origin
-	k := d.g.origin + "\x00" + cl.ID
+	k := sendKey{d.g.origin, cl.ID}
 	m.mu.Lock()
 	m.sending[k] = d
 	m.mu.Unlock()
@@ -176,7 +180,7 @@ func (m *Manager) publish(cl *mqtt.Client, sub packets.Subscription, pk packets.
 	if err != nil && out.PacketID != 0 {
 		// Not queued for the member (mochi took it out of flight, or the
 		// connection is closed): not owed by it.
-		for _, d := range m.take(cl.ID, out.PacketID, false) {
+		if d := m.take(cl.ID, out.PacketID); d != nil {
 			d.g.release(d)
 		}
 	}
@@ -190,7 +194,7 @@ func (m *Manager) OnQosPublish(cl *mqtt.Client, pk packets.Packet, _ int64, rese
 		return
 	}
 	m.mu.Lock()
-	d := m.sending[pk.Origin+"\x00"+cl.ID]
+	d := m.sending[sendKey{pk.Origin, cl.ID}]
 	if d != nil {
 		ids := m.owed[cl.ID]
 		if ids == nil {
@@ -217,37 +221,34 @@ func (m *Manager) sweep() {
 	}
 	m.mu.Unlock()
 	for _, id := range gone {
-		for _, d := range m.take(id, 0, true) {
+		for _, d := range m.takeAll(id) {
 			d.g.handBack(d)
 		}
 	}
 }
 
-// take removes what member id owes under pid (all: every pid).
-func (m *Manager) take(id string, pid uint16, all bool) []*delivery {
+// take removes what member id owes under pid; nil: nothing.
+func (m *Manager) take(id string, pid uint16) *delivery {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d := m.owed[id][pid]
+	if d != nil {
+		delete(m.owed[id], pid) // the member's map stays: it is owed again soon
+	}
+	return d
+}
+
+// takeAll removes everything member id owes (it went).
+func (m *Manager) takeAll(id string) []*delivery {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	ids := m.owed[id]
-	if ids == nil {
-		return nil
+	delete(m.owed, id)
+	out := make([]*delivery, 0, len(ids))
+	for _, d := range ids {
+		out = append(out, d)
 	}
-	if all {
-		delete(m.owed, id)
-		out := make([]*delivery, 0, len(ids))
-		for _, d := range ids {
-			out = append(out, d)
-		}
-		return out
-	}
-	d, ok := ids[pid]
-	if !ok {
-		return nil
-	}
-	delete(ids, pid)
-	if len(ids) == 0 {
-		delete(m.owed, id)
-	}
-	return []*delivery{d}
+	return out
 }
 
 // ID is the hook's name.
@@ -281,8 +282,8 @@ func (m *Manager) OnSelectSubscribers(subs *mqtt.Subscribers, pk packets.Packet)
 	if len(subs.Shared) == 0 || m.d.Topics.Excluded(pk.TopicName) {
 		return subs
 	}
-	subs.Shared = map[string]map[string]packets.Subscription{}
-	subs.SharedSelected = map[string]packets.Subscription{}
+	clear(subs.Shared) // mochi's, gathered for this packet
+	clear(subs.SharedSelected)
 	return subs
 }
 
@@ -293,7 +294,7 @@ func (m *Manager) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
 	if (t != packets.Puback && t != packets.Pubcomp) || pk.Created != 0 {
 		return // mochi's own acknowledgements of a client's publishes
 	}
-	for _, d := range m.take(cl.ID, pk.PacketID, false) {
+	if d := m.take(cl.ID, pk.PacketID); d != nil {
 		d.g.acked(d)
 	}
 }
@@ -304,11 +305,11 @@ func (m *Manager) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
 func (m *Manager) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
 	switch pk.FixedHeader.Type {
 	case packets.Publish:
-		for _, d := range m.take(cl.ID, pk.PacketID, false) {
+		if d := m.take(cl.ID, pk.PacketID); d != nil {
 			d.g.handBack(d)
 		}
 	case packets.Pubrec, packets.Pubrel:
-		for _, d := range m.take(cl.ID, pk.PacketID, false) {
+		if d := m.take(cl.ID, pk.PacketID); d != nil {
 			d.g.acked(d)
 		}
 	}
@@ -316,7 +317,7 @@ func (m *Manager) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
 
 // OnDisconnect: a member went; what it owed goes to another member.
 func (m *Manager) OnDisconnect(cl *mqtt.Client, _ error, _ bool) {
-	for _, d := range m.take(cl.ID, 0, true) {
+	for _, d := range m.takeAll(cl.ID) {
 		d.g.handBack(d)
 	}
 }

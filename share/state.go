@@ -1,6 +1,7 @@
 package share
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"time"
@@ -39,6 +40,11 @@ type state struct {
 	turn    int
 	parts   map[tp]*partition
 	back    []*delivery // owed by members that went: delivered again first
+
+	// poll is what the delivery loop waits for records under (a handed
+	// back delivery ends it: see pollContext).
+	poll       context.Context
+	pollCancel context.CancelFunc
 }
 
 func (s *state) init() {
@@ -69,26 +75,33 @@ func (g *group) signal() {
 	}
 }
 
-// candidates are the members under limit, fewest owed first, ties in turn.
-func (g *group) candidates(limit int) []string {
+// leastLoaded is the member under limit with the fewest deliveries owed,
+// ties in turn, leaving out those in either set and those passed over for
+// a moment; false: none.
+func (g *group) leastLoaded(limit int, denied, gone map[string]bool) (string, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	n := len(g.members)
 	if n == 0 {
-		return nil
+		return "", false
 	}
-	now := time.Now()
-	out := make([]string, 0, n)
+	var now time.Time
+	if len(g.paused) > 0 {
+		now = time.Now()
+	}
 	g.turn++
+	best, least := "", limit
 	for i := range n {
 		id := g.members[(g.turn+i)%n]
-		if g.load[id] >= limit || now.Before(g.paused[id]) {
+		if g.load[id] >= least || denied[id] || gone[id] {
 			continue
 		}
-		out = append(out, id)
+		if until, ok := g.paused[id]; ok && now.Before(until) {
+			continue
+		}
+		best, least = id, g.load[id]
 	}
-	slices.SortStableFunc(out, func(a, b string) int { return g.load[a] - g.load[b] })
-	return out
+	return best, best != ""
 }
 
 // allOf reports whether every live member is in ids.
@@ -189,9 +202,24 @@ func (g *group) handBack(d *delivery) {
 	g.releaseLocked(d)
 	if g.parts[tp{d.rec.Topic, d.rec.Partition}] == d.part {
 		g.back = append(g.back, d)
+		if g.pollCancel != nil {
+			g.pollCancel() // the delivery loop takes it now
+		}
 	}
 	g.mu.Unlock()
 	g.signal()
+}
+
+// pollContext is what the delivery loop waits for records under: ctx,
+// ended early when a delivery is handed back. One serves until then (not
+// one per poll).
+func (g *group) pollContext(ctx context.Context) context.Context {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.poll == nil || g.poll.Err() != nil {
+		g.poll, g.pollCancel = context.WithCancel(ctx)
+	}
+	return g.poll
 }
 
 // takeBack returns the deliveries handed back, oldest first.
@@ -281,7 +309,7 @@ func (g *group) revoke(parts map[string][]int32) {
 	g.back = kept
 	lag := g.lagLocked()
 	g.mu.Unlock()
-	g.m.d.Metrics.Lag.WithLabelValues(g.key).Set(float64(lag))
+	g.lag.Set(float64(lag))
 }
 
 // partitions counts the partitions assigned.
@@ -299,7 +327,7 @@ func (g *group) setLag(k tp, lag int64) {
 	}
 	sum := g.lagLocked()
 	g.mu.Unlock()
-	g.m.d.Metrics.Lag.WithLabelValues(g.key).Set(float64(sum))
+	g.lag.Set(float64(sum))
 }
 
 func (g *group) lagLocked() int64 {

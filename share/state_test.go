@@ -2,12 +2,16 @@ package share
 
 import (
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 func testGroup() *group {
-	g := &group{key: "$share/g/a/+", wake: make(chan struct{}, 1), m: &Manager{d: Deps{Metrics: NewMetrics()}}}
+	m := &Manager{d: Deps{Metrics: NewMetrics()}}
+	g := &group{key: "$share/g/a/+", wake: make(chan struct{}, 1), m: m,
+		delivered: m.d.Metrics.Delivered.WithLabelValues("$share/g/a/+"), redelivered: m.d.Metrics.Redelivered.WithLabelValues("$share/g/a/+"),
+		lag: m.d.Metrics.Lag.WithLabelValues("$share/g/a/+")}
 	g.state.init()
 	return g
 }
@@ -89,17 +93,34 @@ func TestRevokedPartitionForgotten(t *testing.T) {
 	}
 }
 
-// Members are offered fewest owed first, never past the limit.
-func TestCandidatesLeastLoaded(t *testing.T) {
+// Members are offered fewest owed first (ties in turn), never past the
+// limit, nor one denied, gone or whose queue was full.
+func TestLeastLoaded(t *testing.T) {
 	g := testGroup()
 	g.members = []string{"a", "b", "c"}
 	g.load = map[string]int{"a": 3, "b": 1, "c": 2}
-	if got := g.candidates(3); len(got) != 2 || got[0] != "b" || got[1] != "c" {
-		t.Fatalf("candidates %v, want [b c] (a at the limit)", got)
+	if got, ok := g.leastLoaded(3, nil, nil); !ok || got != "b" {
+		t.Fatalf("least loaded %q, want b", got)
+	}
+	if got, ok := g.leastLoaded(3, map[string]bool{"b": true}, nil); !ok || got != "c" {
+		t.Fatalf("least loaded %q with b denied, want c (a at the limit)", got)
+	}
+	if got, ok := g.leastLoaded(3, nil, map[string]bool{"b": true, "c": true}); ok {
+		t.Fatalf("least loaded %q with b and c gone, want none (a at the limit)", got)
 	}
 	g.full("b")
-	if got := g.candidates(3); len(got) != 1 || got[0] != "c" {
-		t.Fatalf("candidates %v, want [c] (b's queue was full)", got)
+	if got, ok := g.leastLoaded(3, nil, nil); !ok || got != "c" {
+		t.Fatalf("least loaded %q, want c (b's queue was full)", got)
+	}
+	g.load = map[string]int{}
+	g.paused = map[string]time.Time{}
+	seen := map[string]int{}
+	for range 30 {
+		id, _ := g.leastLoaded(3, nil, nil)
+		seen[id]++
+	}
+	if seen["a"] != 10 || seen["b"] != 10 || seen["c"] != 10 {
+		t.Fatalf("ties picked %v, want each in turn", seen)
 	}
 }
 

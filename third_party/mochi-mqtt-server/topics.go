@@ -673,7 +673,11 @@ func (x *TopicsIndex) gatherSharedSubscriptions(particle *particle, subs *Subscr
 		subs.Shared = map[string]map[string]packets.Subscription{}
 	}
 
-	for _, shares := range particle.shared.GetAll() {
+	// Ferry: read in place under the lock, not through GetAll's copy of every group (a copy
+	// per publish to a topic with shared subscribers, dropped here at once).
+	particle.shared.RLock()
+	defer particle.shared.RUnlock()
+	for _, shares := range particle.shared.internal {
 		for client, sub := range shares {
 			if _, ok := subs.Shared[sub.Filter]; !ok {
 				subs.Shared[sub.Filter] = map[string]packets.Subscription{}
