@@ -6,10 +6,11 @@
 # Starts two bridges (A and B, default configuration: reading on demand) on one Kafka (FERRY_TEST_KAFKA,
 # else scripts/kafka.sh's, started and stopped when it was not running), then runs
 #   across  probe roundtrip --mqtt A --reply-mqtt B --kafka K   (publisher on A, subscriber on B)
-# with its per-hop split (publish -> Kafka append -> delivery on B). On one instance a subscriber
-# gets the forward path's local delivery once Kafka has acknowledged the record (not a Kafka read),
-# which the probe refuses to time as a round trip; its figure is the append hop of this run plus the
-# local injection. Open loop at RT_RATE msg/s (1000), QoS 1, 12 B, RT_COUNT measured messages (20000) after RT_WARMUP (2000),
+# with its per-hop split (publish -> Kafka append -> delivery on B), and
+#   same     probe roundtrip --local --mqtt A --kafka K                  (publisher and subscriber on A)
+# whose subscriber gets the forward path's local delivery once Kafka has acknowledged the record
+# (not a Kafka read); its split shows the append hop and the delivery after it.
+# Open loop at RT_RATE msg/s (1000), QoS 1, 12 B, RT_COUNT measured messages (20000) after RT_WARMUP (2000),
 # and prints each run's summary (p50 / p99 / max) with the load average before it. Run it on a quiet
 # machine: Kafka, both bridges and the probe share its cores. CSVs and logs go to RT_OUT (default
 # bench-results/roundtrip-<timestamp>, git-ignored).
@@ -63,4 +64,5 @@ run() { # run NAME REPLY_ARGS...
 		--csv "$OUT/$name.csv" 2>&1 | tee "$OUT/$name.txt"
 }
 run across --reply-mqtt "tcp://${addr[b]}"
+run same --local
 echo "outputs: $OUT"
