@@ -46,6 +46,11 @@ const stormGroup = 20
 //
 //	FERRY_BENCH_SESSIONS=10000 go test -run '^$' -bench BenchmarkResumeStorm -benchtime 1x -timeout 20m ./bridge/
 //
+// FERRY_BENCH_MOSQUITTO=1 then runs the same storm against Mosquitto (in
+// memory, not killed: mosquittoStorm) with the same clients, and reports
+// both first message p99s from the CONNECT and their ratio (the target:
+// Ferry <= 1.5x Mosquitto).
+//
 // FERRY_BENCH_PROFILE_DIR=dir also writes a CPU profile of the second
 // instance during the storm (go tool pprof -top dir/ferry-storm1.cpu) and
 // its heap profiles before and after it (.heap0, .heap1).
@@ -56,7 +61,14 @@ func BenchmarkResumeStorm(b *testing.B) {
 		b.Fatalf("RLIMIT_NOFILE is %d: %d sessions need %d", lim, n, n+1024)
 	}
 	for range b.N {
-		resumeStorm(b, brokers, n)
+		ferry := resumeStorm(b, brokers, n)
+		if os.Getenv("FERRY_BENCH_MOSQUITTO") != "" {
+			mosq := mosquittoStorm(b, n)
+			b.ReportMetric(mosq, "s-connect-first-p99-mosquitto")
+			b.ReportMetric(ferry/mosq, "x-mosquitto-first-p99")
+			b.Logf("first message p99 from the CONNECT: Ferry %.2f s (an instance killed), Mosquitto %.2f s (in memory, not killed): %.2fx (target <= 1.5x)",
+				ferry, mosq, ferry/mosq)
+		}
 	}
 }
 
@@ -73,7 +85,9 @@ func benchSessions(b *testing.B, def int) int {
 	return n
 }
 
-func resumeStorm(b *testing.B, brokers string, n int) {
+// resumeStorm runs one storm and returns its first message p99 from the
+// CONNECT, in seconds.
+func resumeStorm(b *testing.B, brokers string, n int) float64 {
 	b.StopTimer()
 	run := randHex(3)
 	env := []string{"FERRY_KAFKA_BROKERS=" + brokers}
@@ -264,6 +278,7 @@ func resumeStorm(b *testing.B, brokers string, n int) {
 		quantileSeconds(fromConnect[0], 0.5), quantileSeconds(fromConnect[0], 0.99),
 		quantileSeconds(fromConnect[1], 0.5), quantileSeconds(fromConnect[1], 0.99), stormGroup,
 		quantileSeconds(fromConnect[2], 0.5), quantileSeconds(fromConnect[2], 0.99))
+	return quantileSeconds(fromConnect[1], 0.99)
 }
 
 // stateEnvTopics are the state topics of stateEnv(tb).
