@@ -86,6 +86,66 @@ func checkOncePerTopicInOrder(t *testing.T, got []string, want map[string]int) {
 	}
 }
 
+// replayCase is a persistent session (MQTT 3.1.1) of id, subscribed at
+// QoS 1 to filter and offline, with queued messages "m0".. published on
+// topic, and the resume's arrivals.
+type replayCase struct {
+	t      *testing.T
+	b      *Bridge
+	id     string
+	topic  string
+	pub    paho.Client
+	queued int
+	a      arrivals
+}
+
+func newReplayCase(t *testing.T, prefix, filter, topic string, queued int) *replayCase {
+	rc := &replayCase{t: t, b: startBridge(t, testConfig(kafkatest.Brokers(t))), id: prefix + "-" + randHex(4), topic: topic, queued: queued}
+	sub := connectPaho(t, rc.b.MQTTAddr(), rc.id, func(o *paho.ClientOptions) { o.SetCleanSession(false) })
+	if tok := sub.Subscribe(filter, 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	sub.Disconnect(100)
+	waitFor(t, 10*time.Second, "the session offline", func() bool { return sessionOffline(rc.b, rc.id) })
+	rc.pub = connectPaho(t, rc.b.MQTTAddr(), prefix+"-p-"+randHex(4), func(o *paho.ClientOptions) { o.SetOrderMatters(true) })
+	rc.publish(0, queued)
+	return rc
+}
+
+// publish sends messages from..to-1 and waits for their PUBACKs.
+func (rc *replayCase) publish(from, to int) {
+	var toks []paho.Token
+	for i := from; i < to; i++ {
+		toks = append(toks, rc.pub.Publish(rc.topic, 1, false, fmt.Sprintf("m%d", i)))
+	}
+	for _, tok := range toks {
+		if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			rc.t.Fatalf("publish: %v", tok.Error())
+		}
+	}
+}
+
+// resume connects the session again (clean session 0), recording arrivals.
+func (rc *replayCase) resume() paho.Client {
+	return connectPaho(rc.t, rc.b.MQTTAddr(), rc.id, func(o *paho.ClientOptions) {
+		o.SetCleanSession(false).SetOrderMatters(true).SetDefaultPublishHandler(rc.a.handler)
+	})
+}
+
+// publishDuringAndCheck publishes 100 more, one at a time (spread over the
+// replay), then checks every message came once, in order.
+func (rc *replayCase) publishDuringAndCheck() {
+	for i := rc.queued; i < rc.queued+100; i++ {
+		rc.publish(i, i+1)
+	}
+	waitFor(rc.t, 20*time.Second, "every message", func() bool { return distinct(rc.a.snapshot()) >= rc.queued+100 })
+	time.Sleep(2 * time.Second) // a late copy would come now
+	rc.a.mu.Lock()
+	rc.t.Logf("DUP set on %d arrivals", rc.a.dups)
+	rc.a.mu.Unlock()
+	checkOncePerTopicInOrder(rc.t, rc.a.snapshot(), map[string]int{rc.topic: rc.queued + 100})
+}
+
 // TestPublishDuringReplayNoDuplicates: a persistent session resumes with
 // 2,000 messages queued, and 100 more are published one at a time as it
 // reconnects, while its replay runs. Each of the 2,100 must arrive once, in
@@ -95,44 +155,10 @@ func checkOncePerTopicInOrder(t *testing.T, got []string, want map[string]int) {
 // deliveries were written and acknowledged before the drain came to them:
 // 2-91 duplicates in most runs).
 func TestPublishDuringReplayNoDuplicates(t *testing.T) {
-	const queued = 2000
-	b := startBridge(t, testConfig(kafkatest.Brokers(t)))
 	topic := uniqueTopic("replaypub")
-	id := "replaypub-" + randHex(4)
-	sub := connectPaho(t, b.MQTTAddr(), id, func(o *paho.ClientOptions) { o.SetCleanSession(false) })
-	if tok := sub.Subscribe(topic, 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscribe: %v", tok.Error())
-	}
-	sub.Disconnect(100)
-	waitFor(t, 10*time.Second, "the session offline", func() bool { return sessionOffline(b, id) })
-
-	pub := connectPaho(t, b.MQTTAddr(), "replaypub-p-"+randHex(4), func(o *paho.ClientOptions) { o.SetOrderMatters(true) })
-	publish := func(from, to int) {
-		var toks []paho.Token
-		for i := from; i < to; i++ {
-			toks = append(toks, pub.Publish(topic, 1, false, fmt.Sprintf("m%d", i)))
-		}
-		for _, tok := range toks {
-			if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-				t.Fatalf("publish: %v", tok.Error())
-			}
-		}
-	}
-	publish(0, queued)
-
-	var a arrivals
-	connectPaho(t, b.MQTTAddr(), id, func(o *paho.ClientOptions) {
-		o.SetCleanSession(false).SetOrderMatters(true).SetDefaultPublishHandler(a.handler)
-	})
-	for i := queued; i < queued+100; i++ { // one at a time: spread over the replay
-		publish(i, i+1)
-	}
-	waitFor(t, 20*time.Second, "every message", func() bool { return distinct(a.snapshot()) >= queued+100 })
-	time.Sleep(2 * time.Second) // a late copy would come now
-	a.mu.Lock()
-	t.Logf("DUP set on %d arrivals", a.dups)
-	a.mu.Unlock()
-	checkOncePerTopicInOrder(t, a.snapshot(), map[string]int{topic: queued + 100})
+	rc := newReplayCase(t, "replaypub", topic, topic, 2000)
+	rc.resume()
+	rc.publishDuringAndCheck()
 }
 
 // TestOverlappingSubscribeDuringReplayKeepsOrder: a session resumes with
@@ -141,48 +167,14 @@ func TestPublishDuringReplayNoDuplicates(t *testing.T) {
 // published on <base>/x meanwhile. Messages of one topic must arrive in
 // publish order [MQTT-4.6.0-5]: a live delivery of a newer message may not
 // overtake older ones the replay has still to send (the engine held back
-// only an identical filter: 435 arrivals out of order).
+// only an identical filter: 435 arrivals out of order). MQTT 3.1.1 allows
+// a copy per matching subscription [MQTT-3.3.5-1]; Ferry sends one.
 func TestOverlappingSubscribeDuringReplayKeepsOrder(t *testing.T) {
-	const queued = 2000
-	b := startBridge(t, testConfig(kafkatest.Brokers(t)))
 	base := strings.TrimSuffix(uniqueTopic("replayovl"), "/lf")
-	topic := base + "/x"
-	id := "replayovl-" + randHex(4)
-	sub := connectPaho(t, b.MQTTAddr(), id, func(o *paho.ClientOptions) { o.SetCleanSession(false) })
-	if tok := sub.Subscribe(base+"/#", 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscribe: %v", tok.Error())
+	rc := newReplayCase(t, "replayovl", base+"/#", base+"/x", 2000)
+	c := rc.resume()
+	if tok := c.Subscribe(rc.topic, 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe %s: %v", rc.topic, tok.Error())
 	}
-	sub.Disconnect(100)
-	waitFor(t, 10*time.Second, "the session offline", func() bool { return sessionOffline(b, id) })
-
-	pub := connectPaho(t, b.MQTTAddr(), "replayovl-p-"+randHex(4), func(o *paho.ClientOptions) { o.SetOrderMatters(true) })
-	publish := func(from, to int) {
-		var toks []paho.Token
-		for i := from; i < to; i++ {
-			toks = append(toks, pub.Publish(topic, 1, false, fmt.Sprintf("m%d", i)))
-		}
-		for _, tok := range toks {
-			if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-				t.Fatalf("publish: %v", tok.Error())
-			}
-		}
-	}
-	publish(0, queued)
-
-	var a arrivals
-	c := connectPaho(t, b.MQTTAddr(), id, func(o *paho.ClientOptions) {
-		o.SetCleanSession(false).SetOrderMatters(true).SetDefaultPublishHandler(a.handler)
-	})
-	if tok := c.Subscribe(topic, 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscribe %s: %v", topic, tok.Error())
-	}
-	for i := queued; i < queued+100; i++ { // one at a time: spread over the replay
-		publish(i, i+1)
-	}
-	waitFor(t, 20*time.Second, "every message", func() bool { return distinct(a.snapshot()) >= queued+100 })
-	time.Sleep(2 * time.Second)
-	// Overlapping subscriptions may deliver a message once per matching
-	// subscription in MQTT 3.1.1 [MQTT-3.3.5-1 allows one]; Ferry sends
-	// one. Order per topic must hold either way.
-	checkOncePerTopicInOrder(t, a.snapshot(), map[string]int{topic: queued + 100})
+	rc.publishDuringAndCheck()
 }

@@ -118,14 +118,7 @@ func resumeStorm(b *testing.B, brokers string, n int) float64 {
 			}
 		}
 	}()
-	dialEach(b, 64, 0, n, "sessions failed", func(d *net.Dialer, i int) error {
-		c, err := dialLightConnect(d, inst[0].MQTTAddr, stormConnect(id(i)))
-		if err != nil {
-			return err
-		}
-		conns[i] = c
-		return c.subscribe(4, fmt.Sprintf("rs%s/g%d/#", run, i/stormGroup), 1)
-	})
+	stormSubscribe(b, inst[0].MQTTAddr, conns, id, func(g int) string { return fmt.Sprintf("rs%s/g%d/#", run, g) })
 	time.Sleep(200 * time.Millisecond)
 	inst[0].kill9()
 	for i, c := range conns {
@@ -144,18 +137,7 @@ func resumeStorm(b *testing.B, brokers string, n int) float64 {
 	b.Logf("%d sessions in %d groups; %d messages published in %s", n, groups, groups*stormGroup, time.Since(t0).Round(time.Millisecond))
 
 	// Everybody back at once.
-	res := make([]stormResult, n)
-	gate := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d := loadDialer(30*time.Second, i)
-			<-gate
-			res[i] = stormResume(d, inst[1+i%2].MQTTAddr, id(i), &conns[i])
-		}()
-	}
+	res, gate, wg := stormResumeAll(conns, id, func(i int) string { return inst[1+i%2].MQTTAddr })
 	// The storm starts on a quiet machine: Kafka sets up the run's 500
 	// (at 10,000 sessions) new topics, and removes an earlier run's, in the
 	// background for seconds after it has answered; that is the bench's
@@ -414,6 +396,38 @@ func stormPublish(b *testing.B, pub *lightClient, groups int, topic func(int) st
 		}
 		acked++
 	}
+}
+
+// stormSubscribe connects len(conns) sessions (clean session 0) to addr,
+// each subscribed at QoS 1 to its group's filter, into conns.
+func stormSubscribe(b *testing.B, addr string, conns []*lightClient, id func(int) string, filter func(group int) string) {
+	dialEach(b, 64, 0, len(conns), "sessions failed", func(d *net.Dialer, i int) error {
+		c, err := dialLightConnect(d, addr, stormConnect(id(i)))
+		if err != nil {
+			return err
+		}
+		conns[i] = c
+		return c.subscribe(4, filter(i/stormGroup), 1)
+	})
+}
+
+// stormResumeAll readies every session's resume (stormResume to addr(i)),
+// each with its dialer made; they start when gate closes and are done
+// when wg is.
+func stormResumeAll(conns []*lightClient, id, addr func(int) string) ([]stormResult, chan struct{}, *sync.WaitGroup) {
+	res := make([]stormResult, len(conns))
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d := loadDialer(30*time.Second, i)
+			<-gate
+			res[i] = stormResume(d, addr(i), id(i), &conns[i])
+		}()
+	}
+	return res, gate, &wg
 }
 
 // stormResult is one session's resume, timed from its dial (dial: until

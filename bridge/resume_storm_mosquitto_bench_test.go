@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 )
@@ -70,14 +69,7 @@ func mosquittoStorm(b *testing.B, n int) float64 {
 			}
 		}
 	}()
-	dialEach(b, 64, 0, n, "mosquitto sessions failed", func(d *net.Dialer, i int) error {
-		c, err := dialLightConnect(d, addr, stormConnect(id(i)))
-		if err != nil {
-			return err
-		}
-		conns[i] = c
-		return c.subscribe(4, fmt.Sprintf("ms%s/g%d/#", run, i/stormGroup), 1)
-	})
+	stormSubscribe(b, addr, conns, id, func(g int) string { return fmt.Sprintf("ms%s/g%d/#", run, g) })
 	for i, c := range conns {
 		c.close()
 		conns[i] = nil
@@ -89,18 +81,7 @@ func mosquittoStorm(b *testing.B, n int) float64 {
 	defer pub.close()
 	stormPublish(b, pub, groups, topic)
 
-	res := make([]stormResult, n)
-	gate := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d := loadDialer(30*time.Second, i)
-			<-gate
-			res[i] = stormResume(d, addr, id(i), &conns[i])
-		}()
-	}
+	res, gate, wg := stormResumeAll(conns, id, func(int) string { return addr })
 	waitQuiet(b, 0.1, 30*time.Second)
 	start := time.Now()
 	close(gate)

@@ -29,23 +29,8 @@ MOSQUITTO="$(command -v mosquitto || echo /usr/sbin/mosquitto)"
 [[ -x "$MOSQUITTO" ]] || { echo "fanout.sh: mosquitto not installed (apt-get install -y mosquitto)" >&2; exit 1; }
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 (($(ulimit -n) >= 4 * SUBS + 256)) || { echo "fanout.sh: ulimit -n $(ulimit -n) is too low for $SUBS subscribers" >&2; exit 1; }
-started_kafka=0
-if [[ -z "${FERRY_TEST_KAFKA:-}" ]]; then
-	scripts/kafka.sh status >/dev/null || started_kafka=1
-	FERRY_TEST_KAFKA=$(scripts/kafka.sh up | tail -n 1)
-fi
-bin=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]:-}"; do [[ -z "$p" ]] || kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$bin"
-	((started_kafka == 0)) || scripts/kafka.sh down >/dev/null || true
-}
-trap cleanup EXIT
-go build -o "$bin/bridge" ./cmd/bridge
-go build -o "$bin/probe" ./cmd/probe
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# shellcheck source=lib/bridges.sh
+. "$ROOT/scripts/lib/bridges.sh"
 wait_port() { # wait_port HOST:PORT
 	for _ in $(seq 1 150); do
 		(exec 3<>"/dev/tcp/${1%:*}/${1#*:}") 2>/dev/null && return 0

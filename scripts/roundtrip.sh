@@ -22,23 +22,8 @@ COUNT=${RT_COUNT:-20000}
 WARMUP=${RT_WARMUP:-2000}
 OUT=${RT_OUT:-bench-results/roundtrip-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
-started_kafka=0
-if [[ -z "${FERRY_TEST_KAFKA:-}" ]]; then
-	scripts/kafka.sh status >/dev/null || started_kafka=1
-	FERRY_TEST_KAFKA=$(scripts/kafka.sh up | tail -n 1)
-fi
-bin=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]:-}"; do [[ -z "$p" ]] || kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$bin"
-	((started_kafka == 0)) || scripts/kafka.sh down >/dev/null || true
-}
-trap cleanup EXIT
-go build -o "$bin/bridge" ./cmd/bridge
-go build -o "$bin/probe" ./cmd/probe
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# shellcheck source=lib/bridges.sh
+. "$ROOT/scripts/lib/bridges.sh"
 tag=$(date +%s%N | tail -c 9)
 declare -A addr=()
 for name in a b; do
