@@ -10,7 +10,9 @@
 #   ferry        probe roundtrip --local --mqtt A --subscribers N        (publisher and subscribers on A)
 #   ferry-across probe roundtrip --mqtt A --reply-mqtt B --subscribers N  (subscribers on B: through Kafka)
 # Open loop at FO_RATE publishes/s (25: 25,000 deliveries/s to 1,000 subscribers), QoS 1, 12 B,
-# FO_COUNT measured publishes (1000) after FO_WARMUP (100); latency from the intended send time to
+# FO_COUNT measured publishes (1000) after FO_WARMUP (250: 10 s, longer than the second instance
+# takes to find the run's new topic, up to its 5 s topic listing plus a 0.5 s demand round: a
+# shorter warm-up times that start, not the fan-out); latency from the intended send time to
 # each subscriber's receipt, p50 / p99 / max over all deliveries. Prints each run's summary with the
 # load average before it. Run it on a quiet machine: Kafka, the bridges, Mosquitto and the probe (with
 # its 1,000 connections) share its cores. CSVs and logs go to FO_OUT (default
@@ -21,7 +23,7 @@ cd "$ROOT"
 SUBS=${FO_SUBS:-1000}
 RATE=${FO_RATE:-25}
 COUNT=${FO_COUNT:-1000}
-WARMUP=${FO_WARMUP:-100}
+WARMUP=${FO_WARMUP:-250}
 ROUNDS=${FO_ROUNDS:-2}
 OUT=${FO_OUT:-bench-results/fanout-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"

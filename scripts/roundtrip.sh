@@ -10,7 +10,8 @@
 #   same     probe roundtrip --local --mqtt A --kafka K                  (publisher and subscriber on A)
 # whose subscriber gets the forward path's local delivery once Kafka has acknowledged the record
 # (not a Kafka read); its split shows the append hop and the delivery after it.
-# Open loop at RT_RATE msg/s (1000), QoS 1, 12 B, RT_COUNT measured messages (20000) after RT_WARMUP (2000),
+# Open loop at RT_RATE msg/s (1000), QoS 1, 12 B, RT_COUNT measured messages (20000) after RT_WARMUP (6000: 6 s,
+# longer than B takes to find the run's new topic: its 5 s topic listing and a 0.5 s demand round),
 # and prints each run's summary (p50 / p99 / max) with the load average before it. Run it on a quiet
 # machine: Kafka, both bridges and the probe share its cores. CSVs and logs go to RT_OUT (default
 # bench-results/roundtrip-<timestamp>, git-ignored).
@@ -19,7 +20,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 RATE=${RT_RATE:-1000}
 COUNT=${RT_COUNT:-20000}
-WARMUP=${RT_WARMUP:-2000}
+WARMUP=${RT_WARMUP:-6000}
 OUT=${RT_OUT:-bench-results/roundtrip-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
 # shellcheck source=lib/bridges.sh
