@@ -27,7 +27,9 @@
 #                              after one more resume of every session, everything. Prints per mode
 #                              acknowledged, expected, delivered, duplicates (per resumed session),
 #                              resumed sessions and reconnect -> first redelivered message p50/p99
-#                              (FERRY_SOAK_SIZE=sessions,groups,publishers,per-stream,rate resizes)
+#                              (FERRY_SOAK_SIZE=sessions,groups,publishers,per-stream,rate resizes;
+#                              FERRY_SOAK_SPREAD=1 spreads the default mode's sessions and
+#                              publishers over the instances, as the reverse mode's)
 #   scripts/soak.sh memory     TestIdleConnectionMemory: idle RSS per connection at 1,000 and
 #                              10,000 connections, projected to 100,000
 #
