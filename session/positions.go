@@ -371,14 +371,6 @@ func (p *sessionPositions) droppedID(pid uint16) bool {
 	return ok && p.dropped(c)
 }
 
-// wasDropped reports whether the delivery of the message at c was dropped
-// while a replay read its partition (takeDropped forgets it).
-func (p *sessionPositions) wasDropped(c Coord) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.drops[c]
-}
-
 // takeDropped reports, once, whether the delivery of the message at c was
 // dropped while a replay read its partition.
 func (p *sessionPositions) takeDropped(c Coord) bool {

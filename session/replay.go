@@ -580,10 +580,9 @@ func (rs *replayRun) deliver(ctx context.Context, rec *kgo.Record, hdrs []topicm
 		}
 		return nil
 	}
-	if rs.later != nil && rs.o.live.wasLive(c) && !rs.o.pos.takeDropped(c) {
-		// Delivered live while the last pass ran and not dropped: its
-		// acknowledgement moves the position; sent again it would be a
-		// duplicate.
+	if rs.later != nil && rs.o.live.wasLive(c) {
+		// Written live while the last pass ran: its acknowledgement moves
+		// the position; sent again it would be a duplicate.
 		return nil
 	}
 	now := time.Now()

@@ -88,7 +88,7 @@ func (rs *replayRun) drain(ctx context.Context, ends map[tp]int64) error {
 			delete(d.blocked, k)
 			head := d.heads[k]
 			delete(d.heads, k)
-			if rs.o.pos.wasDropped(Coord{head.Topic, head.Partition, head.Offset}) { // deliverRecord takes it
+			if rs.o.pos.takeDropped(Coord{head.Topic, head.Partition, head.Offset}) {
 				if err := rs.deliverKept(ctx, head); err != nil {
 					return err
 				}

@@ -32,10 +32,12 @@ type liveHold struct {
 	ch        chan struct{} // nil: not holding
 	tracking  bool
 	unwritten map[uint16]Coord // live deliveries in flight, not yet written
-	// live are the messages delivered live since the hold started: the
-	// last pass and its drain do not send them again (a kept record whose
-	// live delivery was written and acknowledged before the drain came
-	// to it went twice).
+	// live are the messages whose live delivery reached the client's
+	// connection since the hold started: the last pass and its drain do
+	// not send them again (a kept record whose live delivery was written
+	// and acknowledged before the drain came to it went twice). A live
+	// delivery dropped before its write (a full outbound queue, its expiry)
+	// is not among them: the pass delivers it.
 	live map[Coord]bool
 }
 
@@ -86,15 +88,12 @@ func (l *liveHold) enqueued(pid uint16, c Coord) {
 	l.mu.Lock()
 	if l.tracking {
 		l.unwritten[pid] = c
-		if c.Offset >= 0 {
-			l.live[c] = true
-		}
 	}
 	l.mu.Unlock()
 }
 
-// wasLive reports whether the message at c was delivered live since the
-// hold started.
+// wasLive reports whether a live delivery of the message at c reached the
+// client's connection since the hold started.
 func (l *liveHold) wasLive(c Coord) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -104,7 +103,12 @@ func (l *liveHold) wasLive(c Coord) bool {
 // written notes that packet id pid reached the client's connection.
 func (l *liveHold) written(pid uint16) {
 	l.mu.Lock()
-	delete(l.unwritten, pid)
+	if c, ok := l.unwritten[pid]; ok {
+		if c.Offset >= 0 {
+			l.live[c] = true
+		}
+		delete(l.unwritten, pid)
+	}
 	l.mu.Unlock()
 }
 
