@@ -72,17 +72,7 @@ func BenchmarkShareGroup(b *testing.B) {
 		})
 		c.Subscribe(key, 1, nil).WaitTimeout(10 * time.Second)
 	}
-	waitFor(b, 60*time.Second, "the partitions split among the three instances", func() bool {
-		sum := 0.0
-		for _, x := range in {
-			p := metricValue(b, x, "ferry_share_partitions", map[string]string{"group": key})
-			if p < 1 {
-				return false
-			}
-			sum += p
-		}
-		return sum == topics
-	})
+	waitSplit(b, key, topics, in[:]...)
 	payload := func(i int) []byte {
 		p := make([]byte, 12)
 		binary.BigEndian.PutUint64(p, uint64(time.Now().UnixNano()))

@@ -52,7 +52,7 @@ func shareMember(t *testing.T, b *Bridge, id, key string, qos byte, got *seqColl
 
 // waitSplit waits until the instances with members hold all n partitions
 // of group key between them, each some.
-func waitSplit(t *testing.T, key string, n int, on ...*Bridge) {
+func waitSplit(t testing.TB, key string, n int, on ...*Bridge) {
 	t.Helper()
 	waitFor(t, 60*time.Second, "the group's partitions split among the members' instances", func() bool {
 		sum := 0.0
@@ -82,7 +82,7 @@ func counts(n int, cs ...*seqCollector) []int {
 }
 
 // waitCovered waits until every number below n was received by one of cs.
-func waitCovered(t *testing.T, n int, timeout time.Duration, cs ...*seqCollector) []int {
+func waitCovered(t *testing.T, n int, timeout time.Duration, cs ...*seqCollector) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -94,7 +94,7 @@ func waitCovered(t *testing.T, n int, timeout time.Duration, cs ...*seqCollector
 			}
 		}
 		if len(missing) == 0 {
-			return c
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of %d messages never reached a member: %v", len(missing), n, missing[:min(len(missing), 20)])
@@ -126,9 +126,9 @@ func TestSharedSubscriptionAcrossInstances(t *testing.T) {
 					t.Fatalf("publish %d: %v", i, tok.Error())
 				}
 			}
-			c := waitCovered(t, n, 30*time.Second, &got[0], &got[1])
+			waitCovered(t, n, 30*time.Second, &got[0], &got[1])
 			time.Sleep(500 * time.Millisecond) // a second copy would come now
-			c = counts(n, &got[0], &got[1])
+			c := counts(n, &got[0], &got[1])
 			for i, k := range c {
 				if k != 1 {
 					t.Fatalf("message %d reached the group %d times, want once (A %v, B %v)", i, k, got[0].snapshot(), got[1].snapshot())
